@@ -1,0 +1,251 @@
+"""The decoder-only transformer (Flax NNX) for every supported family, with its KV cache.
+
+Parameters carry logical axis names (`logical_axes` metadata); `spade_jax.mesh` maps them to mesh axes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from spade_jax.models.spec import ModelSpec
+
+_MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite, so fully padded rows stay NaN-free
+
+
+def _param(rngs: nnx.Rngs, shape, axes, param_dtype, scale: float | None = None, init="normal"):
+  if init == "ones":
+    value = jnp.ones(shape, param_dtype)
+  elif init == "zeros":
+    value = jnp.zeros(shape, param_dtype)
+  else:
+    std = 0.02 if scale is None else scale
+    value = std * jax.random.normal(rngs.params(), shape, param_dtype)
+  return nnx.Param(value, logical_axes=axes)
+
+
+@flax.struct.dataclass
+class KVCache:
+  """Preallocated keys and values for all layers; slots are shared by the batch (prompts are left-padded)."""
+
+  k: jax.Array  # [layers, batch, slots, kv_heads, head_dim]
+  v: jax.Array  # [layers, batch, slots, kv_heads, head_dim]
+  valid: jax.Array  # [batch, slots] bool: the slot holds a real token
+  index: jax.Array  # int32 scalar: next slot to write
+
+  @classmethod
+  def create(cls, spec: ModelSpec, batch: int, slots: int, dtype=jnp.float32) -> "KVCache":
+    shape = (spec.num_layers, batch, slots, spec.num_kv_heads, spec.head_dim)
+    return cls(
+        k=jnp.zeros(shape, dtype),
+        v=jnp.zeros(shape, dtype),
+        valid=jnp.zeros((batch, slots), bool),
+        index=jnp.zeros((), jnp.int32),
+    )
+
+  @property
+  def slots(self) -> int:
+    return self.k.shape[2]
+
+
+def rope_inv_freq(spec: ModelSpec) -> jax.Array:
+  """Inverse RoPE frequencies, with the HF `rope_scaling` variants the supported families use."""
+  dim = spec.head_dim
+  inv_freq = 1.0 / (spec.rope_theta ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
+  scaling = spec.rope_scaling_dict
+  if not scaling:
+    return inv_freq
+  kind = scaling.get("rope_type", scaling.get("type", "default"))
+  if kind == "default":
+    return inv_freq
+  if kind == "linear":
+    return inv_freq / float(scaling["factor"])
+  if kind == "llama3":
+    factor = float(scaling["factor"])
+    low_ff = float(scaling.get("low_freq_factor", 1.0))
+    high_ff = float(scaling.get("high_freq_factor", 4.0))
+    old_ctx = float(scaling["original_max_position_embeddings"])
+    wavelen = 2 * math.pi / inv_freq
+    low_wavelen, high_wavelen = old_ctx / low_ff, old_ctx / high_ff
+    smooth = (old_ctx / wavelen - low_ff) / (high_ff - low_ff)
+    smoothed = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    scaled = jnp.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    is_mid = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return jnp.where(is_mid, smoothed, scaled)
+  raise ValueError(f"rope_scaling type {kind!r} is not supported; use default, linear or llama3")
+
+
+def apply_rope(x_bthd: jax.Array, positions_bt: jax.Array, inv_freq: jax.Array) -> jax.Array:
+  """HF's rotate-half RoPE (the halves of each head are the two coordinates)."""
+  freqs = positions_bt.astype(jnp.float32)[..., None] * inv_freq  # [B, T, D/2]
+  cos = jnp.cos(freqs)[:, :, None, :]
+  sin = jnp.sin(freqs)[:, :, None, :]
+  x = x_bthd.astype(jnp.float32)
+  x1, x2 = jnp.split(x, 2, axis=-1)
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x_bthd.dtype)
+
+
+class RMSNorm(nnx.Module):
+  def __init__(self, dim: int, eps: float, *, param_dtype, rngs: nnx.Rngs):
+    self.weight = _param(rngs, (dim,), ("norm",), param_dtype, init="ones")
+    self.eps = eps
+
+  def __call__(self, x):
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return (normed * self.weight[...].astype(jnp.float32)).astype(x.dtype)
+
+
+class Attention(nnx.Module):
+  def __init__(self, spec: ModelSpec, *, dtype, param_dtype, rngs: nnx.Rngs):
+    e, h, kvh, d = spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.head_dim
+    self.spec, self.dtype = spec, dtype
+    self.q = _param(rngs, (e, h, d), ("embed", "heads", "head_dim"), param_dtype)
+    self.k = _param(rngs, (e, kvh, d), ("embed", "kv_heads", "head_dim"), param_dtype)
+    self.v = _param(rngs, (e, kvh, d), ("embed", "kv_heads", "head_dim"), param_dtype)
+    self.o = _param(rngs, (h, d, e), ("heads", "head_dim", "embed"), param_dtype)
+    if spec.qkv_bias:
+      self.q_bias = _param(rngs, (h, d), ("heads", "head_dim"), param_dtype, init="zeros")
+      self.k_bias = _param(rngs, (kvh, d), ("kv_heads", "head_dim"), param_dtype, init="zeros")
+      self.v_bias = _param(rngs, (kvh, d), ("kv_heads", "head_dim"), param_dtype, init="zeros")
+    if spec.qk_norm:
+      self.q_norm = RMSNorm(d, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
+      self.k_norm = RMSNorm(d, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
+
+  def __call__(self, x_bte, positions_bt, inv_freq, mask_bts, layer_cache):
+    """Returns the attention output and the (possibly updated) cache arrays, or this call's k, v."""
+    spec, dt = self.spec, self.dtype
+    q = jnp.einsum("bte,ehd->bthd", x_bte, self.q[...].astype(dt))
+    k = jnp.einsum("bte,ehd->bthd", x_bte, self.k[...].astype(dt))
+    v = jnp.einsum("bte,ehd->bthd", x_bte, self.v[...].astype(dt))
+    if spec.qkv_bias:
+      q = q + self.q_bias[...].astype(dt)
+      k = k + self.k_bias[...].astype(dt)
+      v = v + self.v_bias[...].astype(dt)
+    if spec.qk_norm:
+      q, k = self.q_norm(q), self.k_norm(k)
+    q = apply_rope(q, positions_bt, inv_freq)
+    k = apply_rope(k, positions_bt, inv_freq)
+    if layer_cache is not None:
+      # Write into the stacked [layers, ...] arrays in place (the sampler donates them).
+      all_k, all_v, layer, index = layer_cache
+      all_k = jax.lax.dynamic_update_slice(all_k, k.astype(all_k.dtype)[None], (layer, 0, index, 0, 0))
+      all_v = jax.lax.dynamic_update_slice(all_v, v.astype(all_v.dtype)[None], (layer, 0, index, 0, 0))
+      k, v = all_k[layer], all_v[layer]
+    else:
+      all_k, all_v = k, v
+    b, t, h, d = q.shape
+    kvh = k.shape[2]
+    q = q.reshape(b, t, kvh, h // kvh, d)
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k.astype(dt)).astype(jnp.float32) / math.sqrt(d)
+    scores = jnp.where(mask_bts[:, None, None], scores, _MASKED)
+    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(dt)).reshape(b, t, h, d)
+    return jnp.einsum("bthd,hde->bte", out, self.o[...].astype(dt)), (all_k, all_v)
+
+
+class MLP(nnx.Module):
+  def __init__(self, hidden: int, inner: int, *, dtype, param_dtype, rngs: nnx.Rngs):
+    self.dtype = dtype
+    self.gate = _param(rngs, (hidden, inner), ("embed", "mlp"), param_dtype)
+    self.up = _param(rngs, (hidden, inner), ("embed", "mlp"), param_dtype)
+    self.down = _param(rngs, (inner, hidden), ("mlp", "embed"), param_dtype)
+
+  def __call__(self, x):
+    dt = self.dtype
+    gate = jax.nn.silu(x @ self.gate[...].astype(dt))
+    return (gate * (x @ self.up[...].astype(dt))) @ self.down[...].astype(dt)
+
+
+class Block(nnx.Module):
+  def __init__(self, spec: ModelSpec, *, dtype, param_dtype, rngs: nnx.Rngs):
+    self.attn_norm = RMSNorm(spec.hidden_size, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
+    self.attn = Attention(spec, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.mlp_norm = RMSNorm(spec.hidden_size, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
+    if spec.is_moe:
+      from spade_jax.models.moe import MoE  # noqa: PLC0415 (only MoE models need it)
+
+      self.mlp = MoE(spec, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    else:
+      self.mlp = MLP(
+          spec.hidden_size, spec.intermediate_size, dtype=dtype, param_dtype=param_dtype, rngs=rngs
+      )
+
+  def __call__(self, x, positions_bt, inv_freq, mask_bts, layer_cache):
+    attn_out, kv = self.attn(self.attn_norm(x), positions_bt, inv_freq, mask_bts, layer_cache)
+    x = x + attn_out
+    return x + self.mlp(self.mlp_norm(x)), kv
+
+
+class Decoder(nnx.Module):
+  """Token ids in, logits out; optionally reads and writes a `KVCache`."""
+
+  def __init__(
+      self,
+      spec: ModelSpec,
+      *,
+      dtype=jnp.float32,
+      param_dtype=jnp.float32,
+      rngs: nnx.Rngs,
+  ):
+    self.spec, self.dtype = spec, dtype
+    self.embed = _param(
+        rngs, (spec.vocab_size, spec.hidden_size), ("vocab", "embed"), param_dtype
+    )
+    self.layers = nnx.List(
+        [Block(spec, dtype=dtype, param_dtype=param_dtype, rngs=rngs) for _ in range(spec.num_layers)]
+    )
+    self.final_norm = RMSNorm(spec.hidden_size, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
+    if not spec.tie_embeddings:
+      self.lm_head = _param(
+          rngs, (spec.hidden_size, spec.vocab_size), ("embed", "vocab"), param_dtype
+      )
+
+  def hidden_states(self, tokens_bt, positions_bt, valid_bt=None, cache: KVCache | None = None):
+    """Final-normed hidden states [B, T, E] and the updated cache (None without one).
+
+    Without a cache the keys are the tokens themselves (training and scoring). With one, the T new
+    tokens are written at slots [cache.index, cache.index + T) and attend to every valid slot up
+    to their own.
+    """
+    b, t = tokens_bt.shape
+    if valid_bt is None:
+      valid_bt = jnp.ones((b, t), bool)
+    inv_freq = rope_inv_freq(self.spec)
+    x = jnp.take(self.embed[...], tokens_bt, axis=0).astype(self.dtype)
+    if cache is None:
+      q_slot = jnp.arange(t)
+      key_valid_bs, k_slot = valid_bt, q_slot
+    else:
+      q_slot = cache.index + jnp.arange(t)
+      key_valid_bs = jax.lax.dynamic_update_slice(cache.valid, valid_bt, (0, cache.index))
+      k_slot = jnp.arange(cache.slots)
+    mask_bts = (k_slot[None, :] <= q_slot[:, None])[None] & key_valid_bs[:, None, :]
+    all_k = all_v = None
+    if cache is not None:
+      all_k, all_v = cache.k, cache.v
+    for i, block in enumerate(self.layers):
+      layer_cache = None if cache is None else (all_k, all_v, i, cache.index)
+      x, (k, v) = block(x, positions_bt, inv_freq, mask_bts, layer_cache)
+      if cache is not None:
+        all_k, all_v = k, v
+    x = self.final_norm(x)
+    if cache is None:
+      return x, None
+    return x, KVCache(k=all_k, v=all_v, valid=key_valid_bs, index=cache.index + t)
+
+  def logits(self, hidden_bte):
+    """Output projection in float32."""
+    if self.spec.tie_embeddings:
+      w = self.embed[...].astype(self.dtype)
+      return jnp.einsum("bte,ve->btv", hidden_bte, w).astype(jnp.float32)
+    return (hidden_bte @ self.lm_head[...].astype(self.dtype)).astype(jnp.float32)
+
+  def __call__(self, tokens_bt, positions_bt, valid_bt=None, cache: KVCache | None = None):
+    hidden, cache = self.hidden_states(tokens_bt, positions_bt, valid_bt, cache)
+    return self.logits(hidden), cache
