@@ -1,0 +1,371 @@
+"""The three roles one model plays: designer (writes or edits an environment), hint writer, agent.
+Builds each role's chat messages within a small model's context and parses what each role writes."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Sequence
+
+import numpy as np
+
+from spade_jax.curriculum.corpus import Document, truncate_text
+
+Messages = list[dict[str, str]]
+
+
+@dataclasses.dataclass(frozen=True)
+class RolesConfig:
+    edit_prob: float = 0.8  # chance a design is an edit of a past or library environment (ACCEL-style) rather than written from nothing
+    edit_from_memory_prob: float = 0.5  # in edit mode, chance the base comes from memory (when it has positives) instead of the library
+    repair: bool = True  # give an invalid program one repair turn (the repaired program feeds the agent, not the designer's reward)
+    max_hint_sentences: int = 3  # hints are cut to this many sentences
+    max_prompt_chars: int = 18_000  # designer prompt budget (~5k tokens: leaves ~3k of an 8k context for the program)
+    doc_max_chars: int = 6_000  # most of a grounding document shown to the designer
+    doc_min_chars: int = 600  # the document is cut to no less than this, even over the prompt budget
+    example_max_chars: int = 6_000  # library example or edit base; longer ones are skipped when another fits
+    memory_example_max_chars: int = 2_500  # each past environment from memory is cut to this
+    hint_source_max_chars: int = 12_000  # environment source shown to the hint writer
+    library_example: bool = True  # show one library environment in write mode
+
+    def __post_init__(self):
+        for name in ("edit_prob", "edit_from_memory_prob"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"roles.{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.max_hint_sentences < 1:
+            raise ValueError("roles.max_hint_sentences must be >= 1")
+        if min(self.max_prompt_chars, self.doc_max_chars, self.example_max_chars, self.memory_example_max_chars,
+               self.hint_source_max_chars) < 1 or self.doc_min_chars < 0:
+            raise ValueError("roles character budgets must be positive")
+
+
+SKILL_DESCRIPTIONS: dict[str, str] = {
+    "mathematical reasoning": "arithmetic, algebra, number theory or counting, worked out step by step",
+    "logical deduction": "clues and constraints that pin down one answer",
+    "spatial reasoning": "positions, grids, shapes, moves and paths",
+    "pattern recognition": "a hidden rule or regularity to infer from examples and apply",
+    "optimization": "the best plan, order or allocation under limits",
+    "causal inference": "experiments and observations that reveal hidden causes and effects",
+}
+
+# The environment contract, stated as the validator checks it (SPADE step 4-5; DESIGN.md).
+ENV_CONTRACT = """\
+An environment is ONE Python class whose name ends in `Env` (standard library only; numpy allowed) with:
+- reset(self, seed=None) -> (observation: str, info: dict). The same seed gives the same episode: draw all randomness from rng = random.Random(seed), never from the global random module.
+- step(self, action: str) -> (observation: str, reward: float, terminated: bool, truncated: bool, info: dict). The action is the player's whole reply; read the command from its last \\boxed{...}. An unreadable or illegal action uses up a turn and the observation says why.
+- Rewards: 1.0 when the player wins and 0.0 when it loses, both with terminated=True; 0.0 on every other step. When the turn limit (at most 25 turns) runs out: reward 0.0, terminated=False, truncated=True.
+- solution(self) -> list of actions (each a "\\boxed{...}" string) that wins the episode of the last reset.
+- close(self) -> None.
+Every observation shows the current state, the result of the last action and the legal actions written as \\boxed{...}.
+Fast subset (preferred): state in ints, bools and fixed-length lists of ints; randomness only in reset; for loops over range(...) instead of while loops; no recursion, files, network or threads."""
+
+DESIGNER_SYSTEM = (
+    "You design text games (reinforcement-learning environments) that train a reasoning agent. "
+    "A good game is solvable, needs several steps of thinking, and is neither trivial nor hopeless.\n\n"
+    + ENV_CONTRACT
+)
+
+HINT_SYSTEM = "You write short hints for the player of a text game. You know the game's code; the player does not."
+
+AGENT_SYSTEM = (
+    "You are playing a text game. Each turn, think briefly about the state, then end your reply "
+    "with exactly one action written as \\boxed{...}."
+)
+
+REPLY_WITH_CODE = "Reply with one ```python block that holds the whole program, and nothing after it."
+
+
+# ---------------------------------------------------------------------------------------------
+# Designer
+# ---------------------------------------------------------------------------------------------
+
+
+def _code_block(source: str, max_chars: int) -> str:
+    source = source.strip("\n")
+    if len(source) > max_chars:
+        source = truncate_text(source, max_chars) + "\n# ... (rest omitted)"
+    return f"```python\n{source}\n```"
+
+
+def _record_line(record: Any) -> str:
+    parts = []
+    for name, label in (("skill", "skill"), ("win_rate", "agent win rate"), ("regret", "hint regret")):
+        value = getattr(record, name, None)
+        if isinstance(value, float) and not np.isnan(value):
+            parts.append(f"{label} {value:.2f}")
+        elif isinstance(value, str) and value:
+            parts.append(f"{label}: {value}")
+    return "(" + ", ".join(parts) + ")" if parts else ""
+
+
+def _skill_line(skill: str) -> str:
+    description = SKILL_DESCRIPTIONS.get(skill)
+    return f"Skill to train: {skill}" + (f" ({description})." if description else ".")
+
+
+def _edit_instruction(win_rate: float | None, low: float = 0.4, high: float = 0.6) -> str:
+    # ACCEL edits toward the frontier: harder when the agent wins too often, easier when it rarely does.
+    if win_rate is None or np.isnan(win_rate) or win_rate > high:
+        return "Rewrite it into a HARDER variant: more steps, larger state or a less obvious rule."
+    if win_rate < low:
+        return "Rewrite it into an EASIER variant: fewer steps, a smaller state or clearer feedback."
+    return "Rewrite it into a DIFFERENT variant of similar difficulty: change the rules, the state or the goal."
+
+
+def designer_prompt(
+    skill: str,
+    document: Document | None,
+    positives: Sequence[Any] = (),
+    negative: Any | None = None,
+    library_example: str | None = None,
+    mode: str = "write",
+    base_program: str | None = None,
+    base_win_rate: float | None = None,
+    cfg: RolesConfig = RolesConfig(),
+) -> Messages:
+    """Chat messages asking the designer for one environment.
+
+    `positives` and `negative` are memory records (with .source, .win_rate, .regret, .skill). In
+    "write" mode the designer sees the library example, the positives and the negative; in "edit"
+    mode it sees `base_program` and is asked for a harder, easier or different variant. The
+    grounding document fills whatever the prompt budget leaves, within [doc_min_chars, doc_max_chars].
+    """
+    if mode not in ("write", "edit"):
+        raise ValueError(f"designer mode must be 'write' or 'edit', got {mode!r}")
+    if mode == "edit" and not base_program:
+        raise ValueError("edit mode needs base_program (the environment to rewrite)")
+    sections: list[str] = [_skill_line(skill)]
+    if mode == "edit":
+        sections.append(
+            "Environment to rewrite" + (f" (agent win rate {base_win_rate:.2f})" if base_win_rate is not None
+                                        and not np.isnan(base_win_rate) else "") + ":\n"
+            + _code_block(base_program, cfg.example_max_chars)
+        )
+        task = (
+            _edit_instruction(base_win_rate) + f" It must exercise {skill}. Keep the class interface and "
+            "rename the class (it must still end in Env)."
+            + (" Take new rules, names or quantities from the document above." if document else "")
+            + "\n" + REPLY_WITH_CODE
+        )
+    else:
+        if library_example and cfg.library_example:
+            sections.append("A complete example environment:\n" + _code_block(library_example, cfg.example_max_chars))
+        for record in positives:
+            sections.append(
+                "A past environment at the right level " + _record_line(record) + ":\n"
+                + _code_block(record.source, cfg.memory_example_max_chars)
+            )
+        if negative is not None:
+            too = "too easy" if getattr(negative, "win_rate", 0.0) > 0.5 else "too hard"
+            sections.append(
+                f"A past environment that was {too} " + _record_line(negative) + "; do not repeat its level:\n"
+                + _code_block(negative.source, cfg.memory_example_max_chars // 2)
+            )
+        task = (
+            f"Write a NEW environment that exercises {skill}"
+            + (", with its theme and rules drawn from the document" if document else "")
+            + ", different from the examples. " + REPLY_WITH_CODE
+        )
+    if document is not None:
+        fixed = len(DESIGNER_SYSTEM) + sum(len(s) + 2 for s in sections) + len(task) + len(document.title) + 40
+        budget = max(cfg.doc_min_chars, min(cfg.doc_max_chars, cfg.max_prompt_chars - fixed))
+        sections.insert(1, f"Grounding document: {document.title}\n\"\"\"\n{truncate_text(document.text, budget)}\n\"\"\"")
+    sections.append(task)
+    return [
+        {"role": "system", "content": DESIGNER_SYSTEM},
+        {"role": "user", "content": "\n\n".join(sections)},
+    ]
+
+
+def _strip_thinking(text: str) -> str:
+    return re.sub(r"<think>.*?(</think>|\Z)", "", text, flags=re.DOTALL)
+
+
+def _extract_code_fallback(text: str) -> str:
+    """Used only when spade_jax.envs.program is unavailable: last ```python block, else last block."""
+    blocks = re.findall(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)(?:```|\Z)", text, flags=re.DOTALL)
+    python = [code for lang, code in blocks if lang.lower() in ("python", "py", "python3")]
+    candidates = python or [code for _, code in blocks]
+    if candidates:
+        return max(reversed(candidates), key=len).strip("\n") + "\n"
+    return text if re.search(r"^class\s+\w+", text, re.MULTILINE) else ""
+
+
+def parse_designer_output(text: str) -> str:
+    """The program in the designer's reply ('' when there is none; validation then reports it)."""
+    text = _strip_thinking(text)
+    try:
+        from spade_jax.envs.program import ProgramError, extract_code
+    except ImportError:
+        return _extract_code_fallback(text)
+    try:
+        return extract_code(text)
+    except ProgramError:
+        return ""
+
+
+def repair_prompt(source: str, errors: Sequence[str], cfg: RolesConfig = RolesConfig()) -> Messages:
+    """One repair turn for a program that failed validation.
+
+    The repaired program may feed the agent, but the designer is trained on its original reply and
+    that reply's verdict: the repair turn carries no loss and does not change the designer's reward.
+    """
+    listed = "\n".join(f"- {e}" for e in errors) if errors else "- (no message)"
+    return [
+        {"role": "system", "content": DESIGNER_SYSTEM},
+        {"role": "user", "content": (
+            "This environment program failed validation:\n" + listed + "\n\n"
+            + _code_block(source, cfg.max_prompt_chars // 2)
+            + "\n\nFix every error and keep the game the same. " + REPLY_WITH_CODE
+        )},
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing what the designer is shown
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class DesignRequest:
+    """One designer prompt with what went into it (for the environment archive and logs)."""
+
+    skill: str
+    mode: str  # "write" or "edit"
+    messages: Messages
+    document_title: str | None
+    base_name: str | None  # env id or library name of the edited environment (edit mode)
+    positive_ids: tuple[str, ...]
+    negative_id: str | None
+
+
+def _library_items() -> list[Any]:
+    try:
+        from spade_jax.envs.library import library_programs
+    except ImportError:
+        return []
+    return list(library_programs())
+
+
+def design_request(
+    rng: np.random.Generator,
+    skill: str,
+    corpus: Any | None = None,
+    memory: Any | None = None,
+    library: Sequence[Any] | None = None,
+    cfg: RolesConfig = RolesConfig(),
+    positives: int = 2,
+    negatives: int = 1,
+) -> DesignRequest:
+    """Sample everything one designer prompt needs (mode, document, memory examples, library
+    example or edit base) and build it. `library` items have .name, .skill and .source; None means
+    spade_jax.envs.library's programs."""
+    library = _library_items() if library is None else list(library)
+    document = corpus.sample(rng) if corpus is not None else None
+    pos, neg = memory.sample_for_designer(rng, positives, negatives, skill) if memory is not None else ([], [])
+    negative = neg[0] if neg else None
+    same_skill = [item for item in library if getattr(item, "skill", None) == skill] or library
+    fitting = [item for item in same_skill if len(item.source) <= cfg.example_max_chars] or same_skill
+    mode = "edit" if (rng.random() < cfg.edit_prob and (pos or fitting)) else "write"
+    if mode == "edit":
+        if pos and (not fitting or rng.random() < cfg.edit_from_memory_prob):
+            base = pos[int(rng.integers(len(pos)))]
+            base_name, base_source, base_w = base.env_id, base.source, base.win_rate
+        else:
+            item = fitting[int(rng.integers(len(fitting)))]
+            base_name, base_source, base_w = item.name, item.source, None
+        messages = designer_prompt(skill, document, mode="edit", base_program=base_source, base_win_rate=base_w, cfg=cfg)
+        return DesignRequest(skill, "edit", messages, document.title if document else None, base_name, (), None)
+    example = fitting[int(rng.integers(len(fitting)))].source if fitting else None
+    messages = designer_prompt(skill, document, pos, negative, example, mode="write", cfg=cfg)
+    return DesignRequest(
+        skill, "write", messages, document.title if document else None, None,
+        tuple(r.env_id for r in pos), negative.env_id if negative is not None else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Hint writer
+# ---------------------------------------------------------------------------------------------
+
+
+def hint_prompt(source: str, cfg: RolesConfig = RolesConfig()) -> Messages:
+    return [
+        {"role": "system", "content": HINT_SYSTEM},
+        {"role": "user", "content": (
+            "Here is the code of a text game:\n" + _code_block(source, cfg.hint_source_max_chars) + "\n\n"
+            f"Write a hint of 1 to {cfg.max_hint_sentences} sentences that tells the player the approach "
+            "or strategy that wins. Never give the answer, the winning actions or any \\boxed{...} "
+            "command. Reply with the hint only."
+        )},
+    ]
+
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_LEAK = re.compile(r"\\boxed|\bthe (final )?answer is\b|\banswer\s*:|\bsolution is\b|\bsolution\s*:", re.IGNORECASE)
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+
+
+def _solution_tokens(solution: Any) -> list[str]:
+    if solution is None:
+        return []
+    actions = list(solution) if isinstance(solution, (list, tuple)) else [str(solution)]
+    tokens = []
+    for action in actions:
+        found = _BOXED.findall(str(action))
+        tokens.append((found[-1] if found else str(action)).strip().lower())
+    return [t for t in tokens if t]
+
+
+def _contains_in_order(sentence: str, tokens: list[str]) -> bool:
+    at = 0
+    lowered = sentence.lower()
+    for token in tokens:
+        match = re.search(r"(?<!\w)" + re.escape(token) + r"(?!\w)", lowered[at:])
+        if match is None:
+            return False
+        at += match.end()
+    return True
+
+
+def parse_hint(text: str, max_sentences: int = 3, solution: Any = None) -> str:
+    """The hint in the hint writer's reply: at most `max_sentences` sentences, without sentences
+    that leak the answer (a \\boxed command, 'the answer is ...', or the whole known solution)."""
+    text = _strip_thinking(text).strip()
+    text = re.sub(r"^\s*(\*\*)?hint(\*\*)?\s*:\s*", "", text, flags=re.IGNORECASE)
+    text = re.sub(r"```.*?(```|\Z)", " ", text, flags=re.DOTALL)  # code is never a hint
+    tokens = _solution_tokens(solution)
+    kept = []
+    for sentence in _SENTENCE.split(" ".join(text.split())):
+        sentence = sentence.strip()
+        if not sentence or _LEAK.search(sentence):
+            continue
+        if tokens and _contains_in_order(sentence, tokens):
+            continue
+        kept.append(sentence)
+        if len(kept) == max_sentences:
+            break
+    return " ".join(kept)
+
+
+# ---------------------------------------------------------------------------------------------
+# Agent
+# ---------------------------------------------------------------------------------------------
+
+
+def with_hint(observation: str, hint: str | None) -> str:
+    """The first observation of the hinted arm: the hint appended after the observation."""
+    return observation if not hint else f"{observation}\n\nHint: {hint}"
+
+
+def agent_messages(observation: str, hint: str | None = None) -> Messages:
+    """The agent's conversation at the first turn (hint appended in the hinted arm)."""
+    return [
+        {"role": "system", "content": AGENT_SYSTEM},
+        {"role": "user", "content": with_hint(observation, hint)},
+    ]
+
+
+def agent_turn(messages: Messages, reply: str, observation: str) -> Messages:
+    """The conversation after the agent replied and the environment answered (a new list)."""
+    return [*messages, {"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
