@@ -1,0 +1,223 @@
+"""Multi-turn episodes in chat format: observation as user turn, agent reply as assistant turn.
+
+Owns the host loop (one batched generation per turn over all live episodes, environment steps run
+concurrently) and the trajectory format the RL update consumes; the device loop lives in jaxenv.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import math
+from typing import Any, Callable, Protocol, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+  max_turns: int = 25  # SPADE's turn limit per episode
+  max_context_tokens: int = 4096  # an episode whose tokens would pass this is cut (truncated)
+  loss_on_truncated: bool = False  # SPADE: trajectories cut by the turn limit carry no loss
+  system_prompt: str | None = None  # optional system turn for the agent
+  step_workers: int = 8  # environment steps run concurrently on this many threads
+
+  def __post_init__(self):
+    from spade_jax.config import positive  # noqa: PLC0415
+
+    positive(self.max_turns, "rollout.max_turns")
+    positive(self.max_context_tokens, "rollout.max_context_tokens")
+    positive(self.step_workers, "rollout.step_workers")
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+  """One sampled reply: token ids (ending with EOS when the model stopped), their logprobs."""
+
+  tokens: list[int]
+  logprobs: list[float]
+  finish_reason: str  # "eos" | "stop" | "length"
+
+
+GenerateFn = Callable[[list[list[int]]], list[Generation]]
+
+
+class Tokenizer(Protocol):
+  eos_token_id: int | None
+
+  def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+  def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+
+  def apply_chat_template(self, messages, tokenize: bool = ..., add_generation_prompt: bool = ...): ...
+
+
+@dataclasses.dataclass
+class Trajectory:
+  """A whole episode as one token sequence with a per-token loss mask and behaviour logprobs."""
+
+  tokens: list[int]
+  loss_mask: list[int]  # 1 on tokens the agent generated
+  behaviour_logprobs: list[float]  # logprob of each token under the sampling policy (0 off-mask)
+  rewards: list[float]  # per step
+  observations: list[str]
+  actions: list[str]
+  terminated: bool = False
+  truncated: bool = False
+  cut_by_context: bool = False
+  group: Any = None  # key of the GRPO group (environment and arm)
+  meta: dict = dataclasses.field(default_factory=dict)
+
+  @property
+  def episode_reward(self) -> float:
+    """SPADE: the last step reward clipped to [-1, 1] if the episode terminated, else 0."""
+    if not self.terminated or not self.rewards:
+      return 0.0
+    return float(min(1.0, max(-1.0, self.rewards[-1])))
+
+  @property
+  def won(self) -> bool:
+    return self.terminated and bool(self.rewards) and self.rewards[-1] >= 1.0
+
+  @property
+  def trainable(self) -> bool:
+    return any(self.loss_mask)
+
+
+class ChatStream:
+  """Appends chat turns to a token stream exactly as the tokenizer's chat template renders them.
+
+  Agent replies are kept as the sampled token ids (the update must score exactly what was
+  sampled); only the template text between turns is tokenized.
+  """
+
+  def __init__(self, tokenizer: Tokenizer, system_prompt: str | None = None):
+    self.tokenizer = tokenizer
+    self.messages: list[dict] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    self.eos_text = tokenizer.decode([tokenizer.eos_token_id]) if tokenizer.eos_token_id is not None else ""
+
+  def _render(self, messages, add_generation_prompt: bool) -> str:
+    return self.tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=add_generation_prompt
+    )
+
+  def first_turn(self, user_text: str) -> list[int]:
+    self.messages.append({"role": "user", "content": user_text})
+    return self.tokenizer.encode(self._render(self.messages, True), add_special_tokens=False)
+
+  def next_turn(self, reply_tokens: list[int], user_text: str) -> list[int]:
+    """Tokens that follow the agent's reply: the end of its turn, the user turn, the reply header."""
+    ended_with_eos = bool(reply_tokens) and reply_tokens[-1] == self.tokenizer.eos_token_id
+    content = self.tokenizer.decode(reply_tokens, skip_special_tokens=True)
+    self.messages.append({"role": "assistant", "content": content})
+    through_reply = self._render(self.messages, False)
+    self.messages.append({"role": "user", "content": user_text})
+    following = self._render(self.messages, True)
+    end = through_reply.rfind(content) + len(content) if content else len(through_reply)
+    tail = through_reply[end:]  # the template's end-of-turn text after the reply
+    if ended_with_eos and tail.startswith(self.eos_text):
+      tail = tail[len(self.eos_text):]
+    delta = tail + following[len(through_reply):]
+    return self.tokenizer.encode(delta, add_special_tokens=False)
+
+
+def _step_all(executor, envs, actions):
+  futures = [executor.submit(env.step, action) for env, action in zip(envs, actions)]
+  results = []
+  for future in futures:
+    try:
+      results.append(future.result())
+    except Exception as err:  # noqa: BLE001 (an environment crash ends its episode, not the run)
+      results.append(err)
+  return results
+
+
+def play_episodes(
+    envs: Sequence[Any],
+    seeds: Sequence[int],
+    generate: GenerateFn,
+    tokenizer: Tokenizer,
+    config: RolloutConfig,
+    *,
+    hints: Sequence[str | None] | None = None,
+    groups: Sequence[Any] | None = None,
+    format_observation: Callable[[str, str | None], str] | None = None,
+) -> list[Trajectory]:
+  """Plays one episode per env in lockstep: each turn is one batched generation over live episodes.
+
+  An env whose reset or step raises ends its episode (truncated, no reward) with the error in meta.
+  """
+  n = len(envs)
+  hints = list(hints) if hints is not None else [None] * n
+  groups = list(groups) if groups is not None else list(range(n))
+  if format_observation is None:
+    from spade_jax.roles import agent_observation as format_observation  # noqa: PLC0415
+
+  trajectories: list[Trajectory] = []
+  streams: list[ChatStream] = []
+  live: list[int] = []
+  with concurrent.futures.ThreadPoolExecutor(config.step_workers) as executor:
+    resets = [executor.submit(env.reset, seed) for env, seed in zip(envs, seeds)]
+    for i, future in enumerate(resets):
+      traj = Trajectory([], [], [], [], [], [], group=groups[i], meta={"hinted": hints[i] is not None})
+      trajectories.append(traj)
+      stream = ChatStream(tokenizer, config.system_prompt)
+      streams.append(stream)
+      try:
+        obs, _info = future.result()
+      except Exception as err:  # noqa: BLE001
+        traj.truncated, traj.meta["error"] = True, f"reset failed: {err}"
+        continue
+      traj.observations.append(obs)
+      prompt = stream.first_turn(format_observation(obs, hints[i]))
+      traj.tokens.extend(prompt)
+      traj.loss_mask.extend([0] * len(prompt))
+      traj.behaviour_logprobs.extend([0.0] * len(prompt))
+      live.append(i)
+
+    for _turn in range(config.max_turns):
+      live = [i for i in live if len(trajectories[i].tokens) < config.max_context_tokens]
+      if not live:
+        break
+      replies = generate([trajectories[i].tokens for i in live])
+      actions = []
+      for i, reply in zip(live, replies):
+        traj = trajectories[i]
+        traj.tokens.extend(reply.tokens)
+        traj.loss_mask.extend([1] * len(reply.tokens))
+        traj.behaviour_logprobs.extend(reply.logprobs)
+        action = tokenizer.decode(reply.tokens, skip_special_tokens=True)
+        traj.actions.append(action)
+        actions.append(action)
+      results = _step_all(executor, [envs[i] for i in live], actions)
+      still_live = []
+      for i, reply, result in zip(live, replies, results):
+        traj = trajectories[i]
+        if isinstance(result, Exception):
+          traj.truncated, traj.meta["error"] = True, f"step failed: {result}"
+          continue
+        obs, reward, terminated, truncated, _info = result
+        reward = float(reward)
+        traj.rewards.append(reward if math.isfinite(reward) else 0.0)
+        traj.observations.append(obs)
+        if terminated or truncated:
+          traj.terminated, traj.truncated = bool(terminated), bool(truncated) and not terminated
+          continue
+        follow = streams[i].next_turn(reply.tokens, format_observation(obs, None))
+        traj.tokens.extend(follow)
+        traj.loss_mask.extend([0] * len(follow))
+        traj.behaviour_logprobs.extend([0.0] * len(follow))
+        still_live.append(i)
+      live = still_live
+
+  for i in live:  # out of turns or out of context
+    traj = trajectories[i]
+    traj.truncated = True
+    traj.cut_by_context = len(traj.tokens) >= config.max_context_tokens
+  for traj in trajectories:
+    if len(traj.tokens) > config.max_context_tokens:
+      keep = config.max_context_tokens
+      traj.tokens, traj.loss_mask = traj.tokens[:keep], traj.loss_mask[:keep]
+      traj.behaviour_logprobs = traj.behaviour_logprobs[:keep]
+      traj.cut_by_context = True
+    if traj.truncated and not config.loss_on_truncated:
+      traj.loss_mask = [0] * len(traj.loss_mask)
+  return trajectories
