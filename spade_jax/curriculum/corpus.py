@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
-import inspect
 import json
 import pathlib
-import re
-import warnings
+import subprocess
+import sys
 from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
+
+from spade_jax.curriculum import stdlib_docs
 
 # About 6k tokens of English prose (SPADE truncates grounding documents to ~6k tokens).
 DEFAULT_MAX_CHARS = 24_000
@@ -174,109 +174,21 @@ def load_corpus(cfg: CorpusConfig) -> ListCorpus | None:
 # Embedded default: the Python standard library's own documentation
 # ---------------------------------------------------------------------------------------------
 
-# Chosen for topic spread (numbers, time, text, data structures, networks, files, formats, systems),
-# not for programming value: each becomes the seed of a puzzle. Modules missing here are skipped.
-EMBEDDED_MODULES: tuple[str, ...] = tuple("""
-abc argparse array ast asyncio base64 bdb binascii bisect bz2 calendar cmath cmd codecs collections colorsys
-compileall concurrent.futures configparser contextlib copy csv dataclasses datetime decimal difflib dis doctest
-email.message email.utils enum filecmp fileinput fnmatch fractions ftplib functools gettext glob graphlib gzip
-hashlib heapq hmac html html.parser http http.client http.cookies imaplib inspect io ipaddress itertools json
-keyword linecache locale logging lzma mailbox math mimetypes numbers operator optparse pathlib pickle pickletools
-pkgutil platform plistlib poplib pprint profile pstats queue quopri random re reprlib sched secrets selectors
-shelve shlex shutil smtplib socketserver sqlite3 stat statistics string struct subprocess tabnanny tarfile
-tempfile textwrap threading timeit tokenize trace traceback tracemalloc types typing unicodedata unittest
-urllib.parse urllib.request uuid warnings wave weakref xml.dom.minidom xml.etree.ElementTree zipfile zlib zoneinfo
-""".split())
-
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-
-
-def _clean(text: str) -> str:
-    # Object reprs in signatures carry memory addresses, which would make the corpus differ per run.
-    return _ADDRESS.sub("", text).strip()
-
-
-def _signature(obj) -> str:
-    try:
-        return _clean(str(inspect.signature(obj)))
-    except (TypeError, ValueError):
-        return "(...)"
-
-
-def _own_doc(obj) -> str:
-    """The object's own docstring (not one inherited from int, str, object, ...)."""
-    doc = obj.__dict__.get("__doc__") if isinstance(obj, type) else getattr(obj, "__doc__", None)
-    return inspect.cleandoc(doc) if isinstance(doc, str) and doc.strip() else ""
-
-
-def _entries(module) -> list[str]:
-    names = getattr(module, "__all__", None)
-    if not isinstance(names, (list, tuple)):
-        names = [n for n in dir(module) if not n.startswith("_")]
-    entries = []
-    for name in sorted(set(names)):
-        obj = getattr(module, name, None)
-        if obj is None or inspect.ismodule(obj):
-            continue
-        if getattr(obj, "__module__", None) not in (module.__name__, None) and not module.__name__.startswith(
-            str(getattr(obj, "__module__", "")).lstrip("_")
-        ):
-            continue  # re-exports from elsewhere belong to their own module's document
-        if inspect.isclass(obj):
-            doc = _own_doc(obj)
-            lines = [f"class {name}{_signature(obj)}" + (f"\n{doc}" if doc else "")]
-            for method_name, method in sorted(vars(obj).items()):
-                if method_name.startswith("_") or not callable(method):
-                    continue
-                method_doc = _own_doc(method)
-                if method_doc:
-                    lines.append(f"  {name}.{method_name}{_signature(method)}\n    " + method_doc.replace("\n", "\n    "))
-            if doc or len(lines) > 1:
-                entries.append("\n".join(lines))
-        elif callable(obj):
-            doc = _own_doc(obj)
-            if doc:
-                entries.append(f"{name}{_signature(obj)}\n{doc}")
-    return [_clean(e) for e in entries]
-
-
-def _module_documents(module, part_chars: int) -> list[Document]:
-    intro = _clean(_own_doc(module))
-    entries = _entries(module)
-    parts: list[list[str]] = [[intro] if intro else []]
-    size = len(intro)
-    for entry in entries:
-        if parts[-1] and size + len(entry) > part_chars:
-            parts.append([])
-            size = 0
-        parts[-1].append(entry)
-        size += len(entry) + 2
-    if len(parts) > 1 and size < part_chars // 4:  # fold a short tail into the part before it
-        parts[-2].extend(parts.pop())
-    title = f"Python standard library: {module.__name__}"
-    return [
-        Document(title if len(parts) == 1 else f"{title} (part {i + 1} of {len(parts)})", "\n\n".join(p))
-        for i, p in enumerate(parts)
-        if p
-    ]
-
 
 @functools.lru_cache(maxsize=4)
 def _embedded_documents(part_chars: int) -> tuple[Document, ...]:
-    documents: list[Document] = []
-    seen = set()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # deprecated modules warn on import
-        for name in EMBEDDED_MODULES:
-            try:
-                module = importlib.import_module(name)
-            except Exception:  # noqa: BLE001 - a module missing from this interpreter is just skipped
-                continue
-            if id(module) in seen:
-                continue
-            seen.add(id(module))
-            documents.extend(_module_documents(module, part_chars))
-    return tuple(documents)
+    # Built in a pristine child interpreter (-I -S: no site-packages, no environment) because the
+    # training process patches stdlib modules (logging handlers, threading.excepthook, ...) and the
+    # corpus must not depend on what happens to be imported or patched here.
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", stdlib_docs.__file__, str(part_chars)],
+            capture_output=True, text=True, timeout=60, check=True,
+        )
+        pairs = json.loads(done.stdout)
+    except (OSError, subprocess.SubprocessError, json.JSONDecodeError):
+        pairs = stdlib_docs.build(part_chars)  # no usable child interpreter: build here
+    return tuple(Document(title, text) for title, text in pairs)
 
 
 def embedded_corpus(max_chars: int = DEFAULT_MAX_CHARS, min_chars: int = 200, part_chars: int = 12_000) -> ListCorpus:
