@@ -52,14 +52,17 @@ class KVCache:
     return self.k.shape[2]
 
 
+def _rope_kind(spec: ModelSpec) -> str:
+  scaling = spec.rope_scaling_dict or {}
+  return scaling.get("rope_type", scaling.get("type", "default"))
+
+
 def rope_inv_freq(spec: ModelSpec) -> jax.Array:
   """Inverse RoPE frequencies, with the HF `rope_scaling` variants the supported families use."""
   dim = spec.head_dim
   inv_freq = 1.0 / (spec.rope_theta ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
   scaling = spec.rope_scaling_dict
-  if not scaling:
-    return inv_freq
-  kind = scaling.get("rope_type", scaling.get("type", "default"))
+  kind = _rope_kind(spec)
   if kind == "default":
     return inv_freq
   if kind == "linear":
@@ -68,7 +71,7 @@ def rope_inv_freq(spec: ModelSpec) -> jax.Array:
     factor = float(scaling["factor"])
     low_ff = float(scaling.get("low_freq_factor", 1.0))
     high_ff = float(scaling.get("high_freq_factor", 4.0))
-    old_ctx = float(scaling["original_max_position_embeddings"])
+    old_ctx = float(scaling.get("original_max_position_embeddings", spec.max_position))
     wavelen = 2 * math.pi / inv_freq
     low_wavelen, high_wavelen = old_ctx / low_ff, old_ctx / high_ff
     smooth = (old_ctx / wavelen - low_ff) / (high_ff - low_ff)
@@ -76,14 +79,56 @@ def rope_inv_freq(spec: ModelSpec) -> jax.Array:
     scaled = jnp.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
     is_mid = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
     return jnp.where(is_mid, smoothed, scaled)
-  raise ValueError(f"rope_scaling type {kind!r} is not supported; use default, linear or llama3")
+  if kind == "yarn":
+    # Qwen3's long-context recipe (YaRN): interpolate low frequencies, keep high ones, ramp between.
+    old_ctx = float(scaling.get("original_max_position_embeddings", spec.max_position))
+    factor = scaling.get("factor")
+    factor = float(factor) if factor is not None else spec.max_position / old_ctx
+    beta_fast = float(scaling.get("beta_fast") or 32)
+    beta_slow = float(scaling.get("beta_slow") or 1)
+
+    def correction_dim(rotations):
+      return dim * math.log(old_ctx / (rotations * 2 * math.pi)) / (2 * math.log(spec.rope_theta))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if scaling.get("truncate", True):
+      low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+      high += 0.001  # the ramp needs a non-empty interval
+    ramp = jnp.clip((jnp.arange(dim // 2, dtype=jnp.float32) - low) / (high - low), 0, 1)
+    keep = 1 - ramp  # 1 where the original (extrapolated) frequency is kept
+    return (inv_freq / factor) * (1 - keep) + inv_freq * keep
+  raise ValueError(
+      f"rope_scaling type {kind!r} is not supported; use default, linear, llama3 or yarn"
+  )
 
 
-def apply_rope(x_bthd: jax.Array, positions_bt: jax.Array, inv_freq: jax.Array) -> jax.Array:
+def rope_attention_factor(spec: ModelSpec) -> float:
+  """Scale HF multiplies into cos and sin (YaRN's attention temperature; 1 otherwise)."""
+  if _rope_kind(spec) != "yarn":
+    return 1.0
+  scaling = spec.rope_scaling_dict
+  if scaling.get("attention_factor") is not None:
+    return float(scaling["attention_factor"])
+  old_ctx = float(scaling.get("original_max_position_embeddings", spec.max_position))
+  factor = scaling.get("factor")
+  factor = float(factor) if factor is not None else spec.max_position / old_ctx
+
+  def mscale(scale, m=1.0):
+    return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+  m, m_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
+  if m and m_all:
+    return float(mscale(factor, m) / mscale(factor, m_all))
+  return mscale(factor)
+
+
+def apply_rope(x_bthd: jax.Array, positions_bt: jax.Array, inv_freq: jax.Array, scale: float = 1.0):
   """HF's rotate-half RoPE (the halves of each head are the two coordinates)."""
   freqs = positions_bt.astype(jnp.float32)[..., None] * inv_freq  # [B, T, D/2]
-  cos = jnp.cos(freqs)[:, :, None, :]
-  sin = jnp.sin(freqs)[:, :, None, :]
+  cos = (jnp.cos(freqs) * scale)[:, :, None, :]
+  sin = (jnp.sin(freqs) * scale)[:, :, None, :]
   x = x_bthd.astype(jnp.float32)
   x1, x2 = jnp.split(x, 2, axis=-1)
   out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
@@ -105,6 +150,7 @@ class Attention(nnx.Module):
   def __init__(self, spec: ModelSpec, *, dtype, param_dtype, rngs: nnx.Rngs):
     e, h, kvh, d = spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.head_dim
     self.spec, self.dtype = spec, dtype
+    self.rope_scale = rope_attention_factor(spec)
     self.q = _param(rngs, (e, h, d), ("embed", "heads", "head_dim"), param_dtype)
     self.k = _param(rngs, (e, kvh, d), ("embed", "kv_heads", "head_dim"), param_dtype)
     self.v = _param(rngs, (e, kvh, d), ("embed", "kv_heads", "head_dim"), param_dtype)
@@ -113,6 +159,8 @@ class Attention(nnx.Module):
       self.q_bias = _param(rngs, (h, d), ("heads", "head_dim"), param_dtype, init="zeros")
       self.k_bias = _param(rngs, (kvh, d), ("kv_heads", "head_dim"), param_dtype, init="zeros")
       self.v_bias = _param(rngs, (kvh, d), ("kv_heads", "head_dim"), param_dtype, init="zeros")
+    if spec.o_bias:
+      self.o_bias = _param(rngs, (e,), ("norm",), param_dtype, init="zeros")
     if spec.qk_norm:
       self.q_norm = RMSNorm(d, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
       self.k_norm = RMSNorm(d, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
@@ -129,8 +177,8 @@ class Attention(nnx.Module):
       v = v + self.v_bias[...].astype(dt)
     if spec.qk_norm:
       q, k = self.q_norm(q), self.k_norm(k)
-    q = apply_rope(q, positions_bt, inv_freq)
-    k = apply_rope(k, positions_bt, inv_freq)
+    q = apply_rope(q, positions_bt, inv_freq, self.rope_scale)
+    k = apply_rope(k, positions_bt, inv_freq, self.rope_scale)
     if layer_cache is not None:
       # Write into the stacked [layers, ...] arrays in place (the sampler donates them).
       all_k, all_v, layer, index = layer_cache
@@ -146,44 +194,80 @@ class Attention(nnx.Module):
     scores = jnp.where(mask_bts[:, None, None], scores, _MASKED)
     probs = jax.nn.softmax(scores, axis=-1).astype(dt)
     out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(dt)).reshape(b, t, h, d)
-    return jnp.einsum("bthd,hde->bte", out, self.o[...].astype(dt)), (all_k, all_v)
+    out = jnp.einsum("bthd,hde->bte", out, self.o[...].astype(dt))
+    if spec.o_bias:
+      out = out + self.o_bias[...].astype(dt)
+    return out, (all_k, all_v)
 
 
 class MLP(nnx.Module):
-  def __init__(self, hidden: int, inner: int, *, dtype, param_dtype, rngs: nnx.Rngs):
-    self.dtype = dtype
+  def __init__(self, hidden: int, inner: int, *, dtype, param_dtype, rngs: nnx.Rngs, bias=False):
+    self.dtype, self.bias = dtype, bias
     self.gate = _param(rngs, (hidden, inner), ("embed", "mlp"), param_dtype)
     self.up = _param(rngs, (hidden, inner), ("embed", "mlp"), param_dtype)
     self.down = _param(rngs, (inner, hidden), ("mlp", "embed"), param_dtype)
+    if bias:
+      self.gate_bias = _param(rngs, (inner,), ("mlp",), param_dtype, init="zeros")
+      self.up_bias = _param(rngs, (inner,), ("mlp",), param_dtype, init="zeros")
+      self.down_bias = _param(rngs, (hidden,), ("norm",), param_dtype, init="zeros")
 
   def __call__(self, x):
     dt = self.dtype
-    gate = jax.nn.silu(x @ self.gate[...].astype(dt))
-    return (gate * (x @ self.up[...].astype(dt))) @ self.down[...].astype(dt)
+    gate, up = x @ self.gate[...].astype(dt), x @ self.up[...].astype(dt)
+    if self.bias:
+      gate, up = gate + self.gate_bias[...].astype(dt), up + self.up_bias[...].astype(dt)
+    out = (jax.nn.silu(gate) * up) @ self.down[...].astype(dt)
+    if self.bias:
+      out = out + self.down_bias[...].astype(dt)
+    return out
 
 
 class Block(nnx.Module):
-  def __init__(self, spec: ModelSpec, *, dtype, param_dtype, rngs: nnx.Rngs):
+  def __init__(self, spec: ModelSpec, *, dtype, param_dtype, rngs: nnx.Rngs, layer: int = 0):
     self.attn_norm = RMSNorm(spec.hidden_size, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
     self.attn = Attention(spec, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
     self.mlp_norm = RMSNorm(spec.hidden_size, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
-    if spec.is_moe:
+    if spec.layer_is_moe(layer):
       from spade_jax.models.moe import MoE  # noqa: PLC0415 (only MoE models need it)
 
       self.mlp = MoE(spec, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
     else:
       self.mlp = MLP(
-          spec.hidden_size, spec.intermediate_size, dtype=dtype, param_dtype=param_dtype, rngs=rngs
+          spec.hidden_size,
+          spec.intermediate_size,
+          dtype=dtype,
+          param_dtype=param_dtype,
+          rngs=rngs,
+          bias=spec.mlp_bias,
       )
 
   def __call__(self, x, positions_bt, inv_freq, mask_bts, layer_cache):
     attn_out, kv = self.attn(self.attn_norm(x), positions_bt, inv_freq, mask_bts, layer_cache)
     x = x + attn_out
-    return x + self.mlp(self.mlp_norm(x)), kv
+    return x + self.mlp(self.mlp_norm(x)).astype(x.dtype), kv
+
+
+def _stacked_blocks(spec: ModelSpec, *, dtype, param_dtype, rngs: nnx.Rngs) -> Block:
+  """One Block whose parameters carry a leading `layers` axis, for `lax.scan` over depth."""
+
+  @nnx.split_rngs(splits=spec.num_layers)
+  @nnx.vmap(in_axes=(0,), out_axes=0)
+  def make(layer_rngs):
+    return Block(spec, dtype=dtype, param_dtype=param_dtype, rngs=layer_rngs)
+
+  blocks = make(rngs)
+  for _, var in nnx.iter_graph(blocks):
+    if isinstance(var, nnx.Param):
+      var.set_metadata(logical_axes=("layers", *var.logical_axes))
+  return blocks
 
 
 class Decoder(nnx.Module):
-  """Token ids in, logits out; optionally reads and writes a `KVCache`."""
+  """Token ids in, logits out; optionally reads and writes a `KVCache`.
+
+  `scan_layers=True` stacks the blocks' parameters on a leading `layers` axis and runs them with
+  `lax.scan` (one compiled block: faster compiles for deep models; on XLA:CPU decoding is slower).
+  """
 
   def __init__(
       self,
@@ -192,14 +276,26 @@ class Decoder(nnx.Module):
       dtype=jnp.float32,
       param_dtype=jnp.float32,
       rngs: nnx.Rngs,
+      scan_layers: bool = False,
   ):
-    self.spec, self.dtype = spec, dtype
+    if scan_layers and not spec.uniform_layers:
+      raise ValueError(
+          "scan_layers=True needs every layer to have the same structure; this MoE spec has dense "
+          f"layers {spec.dense_layers}: use scan_layers=False"
+      )
+    self.spec, self.dtype, self.scan_layers = spec, dtype, scan_layers
     self.embed = _param(
         rngs, (spec.vocab_size, spec.hidden_size), ("vocab", "embed"), param_dtype
     )
-    self.layers = nnx.List(
-        [Block(spec, dtype=dtype, param_dtype=param_dtype, rngs=rngs) for _ in range(spec.num_layers)]
-    )
+    if scan_layers:
+      self.layers = _stacked_blocks(spec, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    else:
+      self.layers = nnx.List(
+          [
+              Block(spec, dtype=dtype, param_dtype=param_dtype, rngs=rngs, layer=i)
+              for i in range(spec.num_layers)
+          ]
+      )
     self.final_norm = RMSNorm(spec.hidden_size, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
     if not spec.tie_embeddings:
       self.lm_head = _param(
@@ -213,10 +309,11 @@ class Decoder(nnx.Module):
     tokens are written at slots [cache.index, cache.index + T) and attend to every valid slot up
     to their own.
     """
+    spec = self.spec
     b, t = tokens_bt.shape
     if valid_bt is None:
       valid_bt = jnp.ones((b, t), bool)
-    inv_freq = rope_inv_freq(self.spec)
+    inv_freq = rope_inv_freq(spec)
     x = jnp.take(self.embed[...], tokens_bt, axis=0).astype(self.dtype)
     if cache is None:
       q_slot = jnp.arange(t)
@@ -225,19 +322,50 @@ class Decoder(nnx.Module):
       q_slot = cache.index + jnp.arange(t)
       key_valid_bs = jax.lax.dynamic_update_slice(cache.valid, valid_bt, (0, cache.index))
       k_slot = jnp.arange(cache.slots)
-    mask_bts = (k_slot[None, :] <= q_slot[:, None])[None] & key_valid_bs[:, None, :]
+    causal_ts = k_slot[None, :] <= q_slot[:, None]
+    mask_bts = causal_ts[None] & key_valid_bs[:, None, :]
+    window_mask_bts = None
+    if spec.sliding_layers:
+      # HF's sliding window counts cache positions (slots), padding included.
+      in_window_ts = k_slot[None, :] > q_slot[:, None] - spec.sliding_window
+      window_mask_bts = mask_bts & in_window_ts[None]
+    if self.scan_layers:
+      x, kv = self._scan_blocks(x, positions_bt, inv_freq, mask_bts, window_mask_bts, cache)
+    else:
+      x, kv = self._loop_blocks(x, positions_bt, inv_freq, mask_bts, window_mask_bts, cache)
+    x = self.final_norm(x)
+    if cache is None:
+      return x, None
+    return x, KVCache(k=kv[0], v=kv[1], valid=key_valid_bs, index=cache.index + t)
+
+  def _loop_blocks(self, x, positions_bt, inv_freq, mask_bts, window_mask_bts, cache):
     all_k = all_v = None
     if cache is not None:
       all_k, all_v = cache.k, cache.v
     for i, block in enumerate(self.layers):
+      mask = window_mask_bts if i in self.spec.sliding_layers else mask_bts
       layer_cache = None if cache is None else (all_k, all_v, i, cache.index)
-      x, (k, v) = block(x, positions_bt, inv_freq, mask_bts, layer_cache)
+      x, (k, v) = block(x, positions_bt, inv_freq, mask, layer_cache)
       if cache is not None:
         all_k, all_v = k, v
-    x = self.final_norm(x)
-    if cache is None:
-      return x, None
-    return x, KVCache(k=all_k, v=all_v, valid=key_valid_bs, index=cache.index + t)
+    return x, (all_k, all_v)
+
+  def _scan_blocks(self, x, positions_bt, inv_freq, mask_bts, window_mask_bts, cache):
+    graphdef, stacked = nnx.split(self.layers)
+    sliding_l = jnp.array([i in self.spec.sliding_layers for i in range(self.spec.num_layers)])
+    layer_kv = None if cache is None else (cache.k, cache.v)
+
+    def step(x, xs):
+      layer_state, kv, sliding = xs
+      block = nnx.merge(graphdef, layer_state)
+      mask = mask_bts if window_mask_bts is None else jnp.where(sliding, window_mask_bts, mask_bts)
+      # A one-layer view of the cache, so the block's in-place write path is shared with the loop.
+      layer_cache = None if kv is None else (kv[0][None], kv[1][None], 0, cache.index)
+      x, (k, v) = block(x, positions_bt, inv_freq, mask, layer_cache)
+      return x, (None if kv is None else (k[0], v[0]))
+
+    x, new_kv = jax.lax.scan(step, x, (stacked, layer_kv, sliding_l))
+    return x, ((None, None) if new_kv is None else new_kv)
 
   def logits(self, hidden_bte):
     """Output projection in float32."""
