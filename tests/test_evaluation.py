@@ -1,0 +1,293 @@
+"""Held-out evaluation: success counting with scripted policies, Wilson intervals, RNG
+isolation against GEM played directly, and duplicate flagging."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spade_jax import evaluation as ev
+from spade_jax.evaluation import EvalSuite, EvalTask
+
+# The optimal 3-disk Tower of Hanoi plan from tower A to tower C.
+HANOI_PLAN = ["A C", "A B", "C B", "A C", "B A", "B C", "A C"]
+
+
+def _assistant_turns(messages):
+    return sum(m["role"] == "assistant" for m in messages)
+
+
+def _hanoi(messages, moves=HANOI_PLAN):
+    k = _assistant_turns(messages)
+    return f"Next move: \\boxed{{{moves[k]}}}" if k < len(moves) else "I give up."
+
+
+def _guess_binary_search(messages, low=1, high=50):
+    # Narrow the range from the game's own feedback ("... is higher than 25.").
+    for m in messages:
+        if m["role"] == "user":
+            for word, number in re.findall(r"is (higher|lower) than (\d+)", m["content"]):
+                if word == "higher":
+                    low = max(low, int(number) + 1)
+                else:
+                    high = min(high, int(number) - 1)
+    return f"\\boxed{{{(low + high) // 2}}}"
+
+
+def _oracle_answers(name, seeds):
+    """Reference answers straight from reasoning-gym, keyed by question text."""
+    import reasoning_gym
+
+    answers = {}
+    for seed in seeds:
+        entry = reasoning_gym.create_dataset(name, size=1, seed=seed)[0]
+        answers[entry["question"].strip()] = entry["answer"]
+    return answers
+
+
+def _scripted_policy(rg_answers):
+    def policy(conversations):
+        replies = []
+        for messages in conversations:
+            first = next(m["content"] for m in messages if m["role"] == "user")
+            if "Tower of Hanoi" in first:
+                replies.append(_hanoi(messages))
+            elif "Guess The Number" in first:
+                replies.append(_guess_binary_search(messages))
+            else:
+                question = first.split("\n\n" + ev.RG_ANSWER_INSTRUCTION)[0].strip()
+                if question in rg_answers:
+                    replies.append(f"The answer is \\boxed{{{rg_answers[question]}}}")
+                else:
+                    replies.append("no idea")  # Sudoku: unparseable, ends the episode
+        return replies
+
+    return policy
+
+
+def test_success_counting_with_scripted_policy():
+    seeds = (3, 4, 5)
+    suite = EvalSuite("t", (
+        EvalTask("game:TowerofHanoi-v0-easy", 3, 10, seeds),
+        EvalTask("game:GuessTheNumber-v0-hard", 3, 7, seeds),
+        EvalTask("rg:knights_knaves", 3, 1, seeds),
+        EvalTask("game:Sudoku-v0-easy", 2, 15, (1, 2)),
+    ))
+    calls = []
+    policy = _scripted_policy(_oracle_answers("knights_knaves", seeds))
+
+    def counting_policy(conversations):
+        calls.append(len(conversations))
+        return policy(conversations)
+
+    report = ev.evaluate(counting_policy, suite)
+    by_id = {t.env_id: t for t in report.tasks}
+    assert by_id["game:TowerofHanoi-v0-easy"].successes == 3
+    assert by_id["game:TowerofHanoi-v0-easy"].mean_turns == 7
+    assert by_id["game:GuessTheNumber-v0-hard"].successes == 3
+    assert by_id["rg:knights_knaves"].successes == 3
+    assert by_id["game:Sudoku-v0-easy"].successes == 0
+    assert report.success_rate == pytest.approx(0.75)
+    # Every live episode is in the first batch; Hanoi alone needs seven turns.
+    assert calls[0] == 11 and len(calls) == 7
+    assert "macro average" in report.format_table()
+    assert [e.seed for e in report.episodes[:3]] == [3, 4, 5]
+
+
+def test_turn_cap_partial_plan_and_wrong_answers_fail():
+    suite = EvalSuite("t", (
+        EvalTask("game:TowerofHanoi-v0-easy", 2, 5, (1, 2)),
+        EvalTask("rg:countdown", 2, 1, (1, 2)),
+    ))
+    report = ev.evaluate(
+        lambda convs: [_hanoi(m) if "Hanoi" in m[1]["content"] else "\\boxed{1+1}" for m in convs],
+        suite,
+    )
+    hanoi, countdown = report.tasks
+    assert (hanoi.successes, hanoi.mean_turns) == (0, 5)
+    assert countdown.successes == 0 and countdown.mean_turns == 1
+
+
+def test_wilson_interval_against_quadratic_roots():
+    # The Wilson bounds are the roots in p of (phat - p)^2 = z^2 p (1 - p) / n.
+    z = 1.959963984540054
+    for k, n in [(3, 10), (0, 7), (7, 7), (41, 50), (1, 1)]:
+        phat = k / n
+        a = 1 + z * z / n
+        roots = np.roots([a, -(2 * phat + z * z / n), phat * phat])
+        low, high = sorted(float(np.real(r)) for r in roots)
+        assert ev.wilson_interval(k, n) == pytest.approx((max(low, 0.0), min(high, 1.0)), abs=1e-9)
+    # Textbook value (Newcombe 1998, 95%): 3 of 10 gives [0.1078, 0.6032].
+    assert ev.wilson_interval(3, 10) == pytest.approx((0.1078, 0.6032), abs=1e-4)
+    with pytest.raises(ValueError):
+        ev.wilson_interval(11, 10)
+
+
+def test_macro_interval_covers_mean():
+    mean, low, high = ev.macro_interval([(10, 10), (0, 10), (5, 10)])
+    assert mean == pytest.approx(0.5)
+    assert 0 <= low < 0.5 < high <= 1
+
+
+def _gem_transcript(env_id, seed, actions):
+    """Observations of one episode played on GEM directly, with nothing interleaved."""
+    import gem
+
+    env = gem.make(env_id)
+    obs, info = env.reset(seed=seed)
+    out = [(obs, info.get("suffix"))]
+    for action in actions:
+        obs, reward, terminated, truncated, info = env.step(action)
+        out.append((obs, info.get("suffix"), reward))
+        if terminated or truncated:
+            break
+    return out
+
+
+def test_rng_isolation_matches_gem_played_alone():
+    env_id = "game:Minesweeper-v0-easy"
+    actions = ["\\boxed{reveal 2 2}", "\\boxed{reveal 0 0}", "\\boxed{reveal 4 4}"]
+    expected = {seed: _gem_transcript(env_id, seed, actions) for seed in (11, 12)}
+
+    random.seed(123)
+    np.random.seed(123)
+    py_before, np_before = random.getstate(), np.random.get_state()[1].copy()
+    # Two Minesweeper boards and a 2048 game (which draws tiles from the global RNG on every
+    # step) played in lockstep must each see exactly what GEM shows when played alone.
+    env_a, env_b = ev.make_eval_env(env_id), ev.make_eval_env(env_id)
+    other = ev.make_eval_env("game:Game2048-v0-easy")
+    first = [env_a.reset(11), env_b.reset(12), other.reset(99)]
+    got = {11: [first[0]], 12: [first[1]]}
+    done = {11: False, 12: False}
+    for action in actions:
+        for seed, env in ((11, env_a), (12, env_b)):
+            if not done[seed]:
+                obs, reward, terminated, truncated = env.step(action)
+                got[seed].append((obs, reward))
+                done[seed] = terminated or truncated
+            other.step("\\boxed{left}")
+    for seed in (11, 12):
+        exp = expected[seed]
+        assert got[seed][0] == f"{exp[0][0].strip()}\n{exp[0][1].strip()}"
+        for (obs, reward), (e_obs, e_suffix, e_reward) in zip(got[seed][1:], exp[1:]):
+            assert obs == f"{e_obs.strip()}\n{e_suffix.strip()}" and reward == e_reward
+        assert len(got[seed]) == len(exp)
+    # The caller's global generators are untouched.
+    assert random.getstate() == py_before
+    assert (np.random.get_state()[1] == np_before).all()
+
+
+def test_rg_item_matches_reasoning_gym():
+    import reasoning_gym
+
+    env = ev.make_eval_env("rg:maze")
+    text = env.reset(7)
+    entry = reasoning_gym.create_dataset("maze", size=1, seed=7)[0]
+    assert text.startswith(entry["question"].strip())
+    _, score, terminated, _ = env.step(f"\\boxed{{{entry['answer']}}}")
+    assert terminated and score == 1.0 and env.success
+    env.reset(7)
+    env.step(entry["answer"])  # not boxed: not read, as in GEM
+    assert not env.success
+
+
+HANOI_REWRITE = '''
+import re
+
+class HanoiEnv:
+    def reset(self, seed=None):
+        self.towers = {"A": [3, 2, 1], "B": [], "C": []}
+        intro = ("Tower of Hanoi with 3 disks. Move every disk from tower A to tower C. "
+                 "Each move takes the top disk of one tower to another tower, written like \\\\boxed{A C}. "
+                 "A bigger disk can never be placed on a smaller disk.")
+        return intro + "\\n" + self._board(), {}
+
+    def _board(self):
+        return "\\n".join(f"{k}: {v}" for k, v in self.towers.items()) + "\\nEnter your move."
+
+    def step(self, action):
+        return "Illegal move.", 0.0, False, False, {}
+'''
+
+GUESS_REWRITE = '''
+class NumberGuessEnv:
+    def reset(self, seed=None):
+        return ("Guess the secret number between 1 and 50 within 7 guesses. After each guess you are "
+                "told whether the target number is higher or lower. Put your guess in \\\\boxed{}, "
+                "e.g. \\\\boxed{25}."), {}
+
+    def step(self, action):
+        return "The target number is higher.", 0.0, False, False, {}
+'''
+
+
+def test_flag_duplicates():
+    library = Path(ev.__file__).parent / "envs" / "library"
+    programs = {p.stem: p.read_text() for p in sorted(library.glob("*.py")) if p.stem != "__init__"}
+    assert programs, "the hand-written library is the non-duplicate reference"
+    programs["hanoi_rewrite"] = HANOI_REWRITE
+    programs["guess_rewrite"] = GUESS_REWRITE
+    programs["broken"] = "class Oops(:\n"  # unparseable text is compared as it is
+    flags = ev.flag_duplicates(programs, "quick")
+    assert {(f.env_id, f.eval_env) for f in flags} == {
+        ("hanoi_rewrite", "game:TowerofHanoi-v0-easy"),
+        ("guess_rewrite", "game:GuessTheNumber-v0-hard"),
+    }
+    assert all(f.similarity >= ev.DUPLICATE_THRESHOLD for f in flags)
+    # An observation seen in a rollout counts too: a verbatim copy of an eval observation.
+    copied = ev.first_observation("rg:countdown")
+    flags = ev.flag_duplicates(["class XEnv: pass"], "quick", observations={"0": copied})
+    assert flags == [("0", "rg:countdown", 1.0)]
+
+
+def test_similarity_bounds():
+    assert ev.similarity("Tower of Hanoi disks", "tower hanoi DISKS") == 1.0
+    assert ev.similarity("alpha beta", "gamma delta") == 0.0
+    assert ev.similarity("", "anything") == 0.0
+
+
+def test_suites_are_valid_and_fixed():
+    heldout = ev.get_suite("heldout")
+    ids = [t.env_id for t in heldout.tasks]
+    assert "game:TowerofHanoi-v0-easy" in ids and "rg:knights_knaves" in ids
+    assert all(len(t.episode_seeds) == t.episodes for t in heldout.tasks)
+    assert ev.get_suite("heldout").tasks[0].episode_seeds == heldout.tasks[0].episode_seeds
+    assert all(t.episodes == 3 for t in ev.get_suite("quick", episodes=3).tasks)
+    with pytest.raises(ValueError, match="choose one of"):
+        ev.get_suite("nope")
+    with pytest.raises(ValueError, match="must look like"):
+        EvalTask("TowerofHanoi", 1, 1)
+    with pytest.raises(ValueError, match="one seed per episode"):
+        EvalTask("rg:maze", 2, 1, (1,))
+
+
+def test_policy_reply_count_checked():
+    suite = EvalSuite("t", (EvalTask("rg:maze", 2, 1, (1, 2)),))
+    with pytest.raises(ValueError, match="returned 1 replies for 2"):
+        ev.evaluate(lambda convs: ["x"], suite)
+
+
+def test_tokens_policy_renders_chat_template():
+    class CharTokenizer:
+        def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
+            return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+
+        def encode(self, text, add_special_tokens=False):
+            return [ord(c) for c in text]
+
+        def decode(self, ids, skip_special_tokens=True):
+            return "".join(chr(i) for i in ids)
+
+    seen = []
+
+    def generate(prompts):
+        seen.extend(prompts)
+        return [[ord(c) for c in "\\boxed{5}"] for _ in prompts]
+
+    policy = ev.tokens_policy(generate, CharTokenizer())
+    assert policy([[{"role": "user", "content": "hi"}]]) == ["\\boxed{5}"]
+    assert "".join(map(chr, seen[0])) == "<user>hi<assistant>"
