@@ -6,7 +6,6 @@ Standard library only; started by spade_jax.envs.sandbox inside the isolation la
 
 import builtins
 import json
-import math
 import os
 import resource
 import struct
@@ -235,6 +234,18 @@ def _decode_attr(value):
     return {k: _decode_attr(v) for k, v in value.items()}
 
 
+def _declared_turns(obj):
+    """The turn limit an environment declares (max_turns or MAX_TURNS), if it is an int."""
+    for name in ("max_turns", "MAX_TURNS"):
+        try:
+            value = getattr(obj, name, None)
+        except BaseException:
+            value = None
+        if _isinstance(value, int) and not _isinstance(value, bool):
+            return value
+    return None
+
+
 class _ContractError(Exception):
     pass
 
@@ -302,10 +313,7 @@ class Worker:
                 raise _ContractError(f"class {class_name} has no {method}() method")
         self.env_class = cls
         self.reset_style = self._reset_style(cls)
-        max_turns = getattr(cls, "max_turns", None)
-        if not _isinstance(max_turns, int) or _isinstance(max_turns, bool):
-            max_turns = None
-        return {"has_solution": callable(getattr(cls, "solution", None)), "max_turns": max_turns}
+        return {"has_solution": callable(getattr(cls, "solution", None)), "max_turns": _declared_turns(cls)}
 
     @staticmethod
     def _reset_style(cls):
@@ -326,10 +334,7 @@ class Worker:
             raise _ContractError("no program loaded")
         instance = self.env_class()
         self.instances[request["id"]] = instance
-        max_turns = getattr(instance, "max_turns", None)
-        if not _isinstance(max_turns, int) or _isinstance(max_turns, bool):
-            max_turns = None
-        return {"max_turns": max_turns}
+        return {"max_turns": _declared_turns(instance)}
 
     def op_drop(self, request):
         self.instances.pop(request.get("id"), None)

@@ -795,10 +795,13 @@ class SandboxEnv:
             raise EnvError(f"{op}() on a closed environment")
         return {"op": op, "id": self._instance, **fields}
 
-    def reset(self, seed: int | None = None) -> tuple[str, dict]:
+    def _timeout(self, timeout: float | None) -> float:
+        return self._pool.config.call_timeout_s if timeout is None else max(1e-3, float(timeout))
+
+    def reset(self, seed: int | None = None, *, timeout: float | None = None) -> tuple[str, dict]:
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
             raise ValueError(f"reset(seed=...) takes an int or None, got {type(seed).__name__}")
-        value = self._worker.call(self._request("reset", seed=seed), self._pool.config.call_timeout_s)
+        value = self._worker.call(self._request("reset", seed=seed), self._timeout(timeout))
         if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], dict)):
             self._worker.kill("protocol violation")
             raise EnvCrashed("the environment process sent a malformed reset() reply; it was killed")
@@ -818,12 +821,12 @@ class SandboxEnv:
             self._worker.kill("protocol violation")
             raise EnvCrashed("the environment process sent a malformed step() reply; it was killed") from None
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
-        value = self._worker.call(self._step_request(action), self._pool.config.call_timeout_s)
+    def step(self, action: str, *, timeout: float | None = None) -> tuple[str, float, bool, bool, dict]:
+        value = self._worker.call(self._step_request(action), self._timeout(timeout))
         return self._step_result(value)
 
-    def solution(self) -> str | list[str]:
-        value = self._worker.call(self._request("solution"), self._pool.config.call_timeout_s)
+    def solution(self, *, timeout: float | None = None) -> str | list[str]:
+        value = self._worker.call(self._request("solution"), self._timeout(timeout))
         if isinstance(value, str) or (isinstance(value, list) and all(isinstance(a, str) for a in value)):
             return value
         self._worker.kill("protocol violation")
@@ -843,10 +846,12 @@ class SandboxEnv:
         encoded = {str(k): _encode_attr(v) for k, v in attrs.items()}
         self._worker.call(self._request("set_attrs", attrs=encoded), self._pool.config.call_timeout_s)
 
-    def clone(self) -> "SandboxEnv":
+    def clone(self, *, timeout: float | None = None) -> "SandboxEnv":
         """A second, independent instance of the same class in the same worker (no new
         process); calls on the two are serialised."""
-        return self._pool._new_instance(self._worker, self.class_name, {"has_solution": self.has_solution})
+        return self._pool._new_instance(
+            self._worker, self.class_name, {"has_solution": self.has_solution}, self._timeout(timeout)
+        )
 
     def close(self) -> None:
         if self._closed:
@@ -987,7 +992,7 @@ class SandboxPool:
         # A worker that ran a program is never reused for another program.
         worker.kill("closed")
 
-    def _new_instance(self, worker: _Worker, class_name: str, meta: dict) -> SandboxEnv:
+    def _new_instance(self, worker: _Worker, class_name: str, meta: dict, timeout: float | None = None) -> SandboxEnv:
         with self._lock:
             if worker not in self._busy:
                 raise EnvCrashed("the environment's process is gone; load the program again")
@@ -995,7 +1000,7 @@ class SandboxPool:
             worker.next_instance += 1
             self._busy[worker].add(instance)
         try:
-            reply = worker.call({"op": "new", "id": instance}, self.config.load_timeout_s)
+            reply = worker.call({"op": "new", "id": instance}, timeout or self.config.load_timeout_s)
         except EnvError:
             self._release(worker, instance)
             raise
@@ -1005,15 +1010,17 @@ class SandboxPool:
         return SandboxEnv(self, worker, instance, class_name, meta)
 
     # ---- public ---------------------------------------------------------------------------
-    def load(self, source: str, class_name: str) -> SandboxEnv:
-        """Start the program in a fresh worker and make one instance of `class_name`."""
+    def load(self, source: str, class_name: str, *, timeout: float | None = None) -> SandboxEnv:
+        """Start the program in a fresh worker and make one instance of `class_name`
+        (`timeout` overrides load_timeout_s for executing the module and the constructor)."""
+        timeout = self.config.load_timeout_s if timeout is None else max(1e-3, float(timeout))
         if not isinstance(source, str):
             raise TypeError(f"source must be a str, got {type(source).__name__}")
         if len(source) > self.config.max_input_chars:
             raise ValueError(f"program of {len(source)} characters exceeds max_input_chars={self.config.max_input_chars}")
         worker = self._take()
         try:
-            meta = worker.call({"op": "load", "source": source, "class_name": class_name}, self.config.load_timeout_s)
+            meta = worker.call({"op": "load", "source": source, "class_name": class_name}, timeout)
         except BaseException:
             with self._lock:
                 self._busy.pop(worker, None)
@@ -1021,7 +1028,7 @@ class SandboxPool:
             raise
         if not isinstance(meta, dict):
             meta = {}
-        return self._new_instance(worker, class_name, meta)
+        return self._new_instance(worker, class_name, meta, timeout)
 
     def step_many(self, calls: Iterable[tuple[SandboxEnv, str]], *, return_exceptions: bool = True) -> list:
         """Step many environments at once: requests to different workers run in parallel,

@@ -1,0 +1,171 @@
+"""Command line for environment programs: `check FILE [--json]` validates one, `play FILE`
+lets a person play one in the terminal; both run the program in the sandbox."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from spade_jax.envs.program import ProgramError, extract_code, find_env_class
+
+EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+def _read_program(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError as exc:
+        raise SystemExit(_usage_error(f"cannot read {path}: {exc.strerror or exc}"))
+    if "```" in text:
+        try:
+            return extract_code(text)
+        except ProgramError:
+            return text
+    return text
+
+
+def _usage_error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _sandbox_config(args):
+    from spade_jax.envs.sandbox import SandboxConfig
+
+    return SandboxConfig(
+        workers=0,
+        call_timeout_s=args.step_timeout,
+        load_timeout_s=args.step_timeout,
+        memory_mb=args.memory_mb,
+        allow_unisolated=args.allow_unisolated,
+    )
+
+
+def cmd_check(args) -> int:
+    from spade_jax.envs.sandbox import SandboxPool, SandboxUnavailable
+    from spade_jax.envs.validate import ValidationConfig, validate
+
+    source = _read_program(args.file)
+    try:
+        config = ValidationConfig(budget_s=args.timeout, step_timeout_s=args.step_timeout, memory_mb=args.memory_mb)
+        pool = SandboxPool(_sandbox_config(args))
+    except (ValueError, SandboxUnavailable) as exc:
+        if args.json:
+            print(json.dumps({"valid": False, "backend": None, "errors": [f"sandbox: {exc}"], "checks": {}}))
+        return _usage_error(str(exc))
+    try:
+        verdict = validate(source, config=config, pool=pool, backend=args.backend)
+    finally:
+        pool.close()
+    if args.json:
+        print(verdict.to_json())
+    else:
+        status = "VALID" if verdict.valid else "INVALID"
+        print(f"{status} {args.file}: class {verdict.class_name or '?'}, backend {verdict.backend or '-'}, "
+              f"{verdict.seconds:.2f} s, sandbox {verdict.isolation.get('backend')}")
+        for name, check in verdict.checks.items():
+            mark = {True: "ok  ", False: "FAIL", None: "-   "}[check["ok"]]
+            print(f"  {mark} {name:<15} {check['message']}")
+        if verdict.solvable is not None:
+            print(f"  solvable: {verdict.solvable}")
+        if verdict.backend_reason:
+            print(f"  backend note: {verdict.backend_reason}")
+    return EXIT_VALID if verdict.valid else EXIT_INVALID
+
+
+def cmd_play(args) -> int:
+    from spade_jax.envs.api import episode_reward
+    from spade_jax.envs.sandbox import EnvError, SandboxPool, SandboxUnavailable
+
+    source = _read_program(args.file)
+    try:
+        class_name = find_env_class(source)
+    except ProgramError as exc:
+        return _usage_error(str(exc))
+    try:
+        pool = SandboxPool(_sandbox_config(args))
+    except SandboxUnavailable as exc:
+        return _usage_error(str(exc))
+    print(f"Playing {class_name} from {args.file}. Type an action (plain text is sent as \\boxed{{...}}),")
+    print("':raw TEXT' to send TEXT unchanged, ':solution' for the program's plan, ':quit' to stop.")
+    try:
+        env = pool.load(source, class_name)
+        for episode in range(args.episodes):
+            seed = args.seed + episode
+            obs, _ = env.reset(seed=seed)
+            print(f"\n=== episode {episode + 1}, seed {seed} ===\n{obs}")
+            reward, terminated = 0.0, False
+            for turn in range(1, args.max_turns + 1):
+                try:
+                    line = input(f"[turn {turn}] action> ")
+                except EOFError:
+                    print()
+                    return 0
+                line = line.strip()
+                if line in (":q", ":quit", ":exit"):
+                    return 0
+                if line == ":solution":
+                    if env.has_solution:
+                        print(env.solution())
+                    else:
+                        print("(this environment has no solution() method)")
+                    continue
+                action = line[5:] if line.startswith(":raw ") else (line if "\\boxed" in line else f"\\boxed{{{line}}}")
+                obs, reward, terminated, truncated, info = env.step(action)
+                print(f"{obs}\n  reward {reward:g}" + ("  [terminated]" if terminated else "") + ("  [truncated]" if truncated else ""))
+                if terminated or truncated:
+                    break
+            else:
+                print(f"(turn limit {args.max_turns} reached)")
+            print(f"=== episode reward {episode_reward(reward, terminated):g} ===")
+    except EnvError as exc:
+        print(f"environment error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        print()
+        return 0
+    finally:
+        pool.close()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m spade_jax.envs", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p):
+        p.add_argument("file", help="environment program (.py, or designer text with a ```python block)")
+        p.add_argument("--step-timeout", type=float, default=30.0, help="seconds per reset/step call (default 30)")
+        p.add_argument("--memory-mb", type=int, default=1024, help="sandbox address-space limit in MiB (default 1024)")
+        p.add_argument("--allow-unisolated", action="store_true",
+                       help="run even when no namespace isolation is available (unsafe)")
+
+    check = sub.add_parser("check", help="validate an environment program")
+    common(check)
+    check.add_argument("--json", action="store_true", help="print the verdict as one JSON line (last line)")
+    check.add_argument("--timeout", type=float, default=60.0, help="validation budget in seconds (default 60)")
+    check.add_argument("--backend", choices=("auto", "jax", "sandbox"), default="auto",
+                       help="backend to certify (default auto: JAX when the program fits, else sandbox)")
+    check.set_defaults(run=cmd_check)
+
+    play = sub.add_parser("play", help="play an environment in the terminal")
+    common(play)
+    play.add_argument("--seed", type=int, default=0, help="seed of the first episode (default 0)")
+    play.add_argument("--episodes", type=int, default=1, help="episodes to play (default 1)")
+    play.add_argument("--max-turns", type=int, default=25, help="turn limit per episode (default 25)")
+    play.set_defaults(run=cmd_play)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    for name in ("step_timeout", "timeout"):
+        if getattr(args, name, 1.0) <= 0:
+            return _usage_error(f"--{name.replace('_', '-')} must be > 0")
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""The text-environment API every environment speaks (GEM's Env): the TextEnv protocol,
+\\boxed{} action parsing, the episode runner and SPADE's episode reward, GEM bridging."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Protocol, runtime_checkable
+
+__all__ = [
+    "TextEnv",
+    "Episode",
+    "extract_boxed",
+    "episode_reward",
+    "run_episode",
+    "make_gem_env",
+    "register_library_in_gem",
+    "gem_offline_ids",
+]
+
+
+@runtime_checkable
+class TextEnv(Protocol):
+    """GEM's Env contract: observations and actions are text; the action is the agent's raw
+    reply, from which environments usually read the last \\boxed{...}."""
+
+    def reset(self, seed: int | None = None) -> tuple[str, dict]:
+        ...
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        ...
+
+
+def extract_boxed(text: str) -> str | None:
+    """Content of the last \\boxed{...} in `text` (nested braces kept), or None when there is
+    no complete one. `\\boxed {x}` with spaces is accepted."""
+    if not isinstance(text, str):
+        return None
+    search_end = len(text)
+    while True:
+        start = text.rfind("\\boxed", 0, search_end)
+        if start < 0:
+            return None
+        i = start + len("\\boxed")
+        while i < len(text) and text[i] in " \t":
+            i += 1
+        if i < len(text) and text[i] == "{":
+            depth, j = 0, i
+            while j < len(text):
+                ch = text[j]
+                if ch == "{":
+                    depth += 1
+                elif ch == "}":
+                    depth -= 1
+                    if depth == 0:
+                        return text[i + 1 : j]
+                j += 1
+        # Unclosed or malformed: an earlier \boxed may still be complete.
+        search_end = start
+
+
+def episode_reward(last_reward: float, terminated: bool) -> float:
+    """SPADE's episode reward: the last step's reward clipped to [-1, 1] when the episode
+    terminated, 0 when it was truncated or cut by the turn limit."""
+    if not terminated or not math.isfinite(last_reward):
+        return 0.0
+    return max(-1.0, min(1.0, float(last_reward)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Episode:
+    """One played episode: observations[0] is the reset observation, observations[i+1] follows
+    actions[i]; rewards[i] is the reward of actions[i]."""
+
+    seed: int | None  # seed given to reset
+    observations: tuple[str, ...]  # reset observation, then one per step
+    actions: tuple[str, ...]  # the policy's replies, one per step
+    rewards: tuple[float, ...]  # per-step rewards
+    infos: tuple[dict, ...]  # reset info, then one per step
+    terminated: bool  # the environment ended the episode
+    truncated: bool  # the environment truncated, or the runner hit max_turns
+
+    @property
+    def turns(self) -> int:
+        return len(self.actions)
+
+    @property
+    def reward(self) -> float:
+        """Episode reward per SPADE (see episode_reward)."""
+        return episode_reward(self.rewards[-1] if self.rewards else 0.0, self.terminated)
+
+    @property
+    def total_reward(self) -> float:
+        return float(sum(self.rewards))
+
+
+def run_episode(
+    env: TextEnv, policy: Callable[[str], str], seed: int | None = None, max_turns: int = 25
+) -> Episode:
+    """Play one episode: reset(seed), then ask `policy` for an action on each observation
+    until the environment terminates or truncates, or `max_turns` steps were taken (then
+    the episode counts as truncated)."""
+    if not isinstance(max_turns, int) or max_turns < 1:
+        raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
+    obs, info = env.reset(seed=seed)
+    observations, actions, rewards, infos = [obs], [], [], [info]
+    terminated = truncated = False
+    for _ in range(max_turns):
+        action = policy(obs)
+        obs, reward, terminated, truncated, info = env.step(action)
+        observations.append(obs)
+        actions.append(action)
+        rewards.append(float(reward))
+        infos.append(info)
+        if terminated or truncated:
+            break
+    else:
+        truncated = True
+    return Episode(
+        seed=seed,
+        observations=tuple(observations),
+        actions=tuple(actions),
+        rewards=tuple(rewards),
+        infos=tuple(infos),
+        terminated=bool(terminated),
+        truncated=bool(truncated) and not terminated,
+    )
+
+
+def make_gem_env(env_id: str, **kwargs: Any) -> TextEnv:
+    """A GEM environment (e.g. "game:GuessTheNumber-v0-easy", "rg:leg_counting", or one of
+    ours, "spade:GridMaze") behind our API, with its global-RNG use isolated per instance."""
+    from spade_jax.envs.gem_adapter import make_gem_env as _make
+
+    return _make(env_id, **kwargs)
+
+
+def register_library_in_gem() -> list[str]:
+    """Register the hand-written library environments in gem's registry as spade:<Name>;
+    returns the ids. Safe to call more than once."""
+    from spade_jax.envs.gem_adapter import register_library_in_gem as _register
+
+    return _register()
+
+
+def gem_offline_ids() -> list[str]:
+    """GEM ids that work offline here (game:* and rg:* that need no download)."""
+    from spade_jax.envs.gem_adapter import gem_offline_ids as _ids
+
+    return _ids()
