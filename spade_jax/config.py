@@ -202,3 +202,92 @@ def read_yaml(name_or_path: str) -> dict:
       parent = str(path.parent / parent)
     data = merge(read_yaml(parent), data)
   return data
+
+
+# ---------------------------------------------------------------------------------------------
+# The run's config tree. Sections are declared next to the code they configure.
+
+MODES = ("selfplay", "fixed_pool")
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  name: str = "smollm2-135m-instruct"  # preset name, HF directory or .gguf file
+  dtype: str = "float32"  # compute dtype (f32 is faster than bf16 on XLA:CPU)
+  param_dtype: str = "float32"  # stored params; the optimizer keeps f32 masters either way
+
+  def __post_init__(self):
+    choice(self.dtype, DTYPES, "model.dtype")
+    choice(self.param_dtype, DTYPES, "model.param_dtype")
+
+
+# Sections live with the code they configure; imported here, after the machinery above, so that a
+# section module may itself import this one.
+from spade_jax.curriculum import CurriculumConfig  # noqa: E402
+from spade_jax.curriculum.corpus import CorpusConfig  # noqa: E402
+from spade_jax.envs.sandbox import SandboxConfig  # noqa: E402
+from spade_jax.envs.validate import ValidationConfig  # noqa: E402
+from spade_jax.mesh import MeshConfig  # noqa: E402
+from spade_jax.rl.config import RLConfig  # noqa: E402
+from spade_jax.roles import RolesConfig  # noqa: E402
+from spade_jax.rollout import RolloutConfig  # noqa: E402
+from spade_jax.sampling import SamplingConfig  # noqa: E402
+
+field = dataclasses.field
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """Everything one run needs; experiments/configs/default.yaml is a commented copy."""
+
+  mode: str = "selfplay"  # selfplay (SPADE) or fixed_pool (agent-only GRPO on env_pool)
+  seed: int = 0  # seeds every random choice of the run
+  iterations: int = 8  # rollout steps (agent updates) to run
+  regen_interval: int = 4  # SPADE: a new environment pool every this many iterations
+  pool_size: int = 24  # SPADE: environments the designer writes per regeneration
+  group_size: int = 16  # SPADE's G: plays per environment and arm (GRPO group size)
+  min_valid_envs: int = 0  # top the pool up with library environments to this many valid ones
+  train_designer: bool = True  # False: the frozen-designer ablation
+  use_memory: bool = True  # False: the no-memory ablation (designer sees no past environments)
+  train_on_hinted: bool = False  # also train the agent on its hinted plays
+  env_pool: str | None = None  # fixed_pool: directory of *.py environment programs (default: the library)
+  backend: str = "auto"  # environment backend: auto (JAX where the program fits), jax or sandbox
+  max_parallel_episodes: int = 64  # episodes played in lockstep (each sandboxed env is a process)
+  checkpoint_every: int = 1  # save a checkpoint every this many iterations
+  keep_checkpoints: int = 3  # checkpoints kept on disk (older ones are deleted)
+  tensorboard: bool = True  # write TensorBoard event files
+  progress: bool = True  # show a progress bar on the terminal
+  model: ModelConfig = field(default_factory=ModelConfig)
+  mesh: MeshConfig = field(default_factory=MeshConfig)
+  designer_sampling: SamplingConfig = field(
+      default_factory=lambda: SamplingConfig(max_new_tokens=1536, temperature=1.0)
+  )
+  hint_sampling: SamplingConfig = field(
+      default_factory=lambda: SamplingConfig(max_new_tokens=96, temperature=0.7)
+  )
+  agent_sampling: SamplingConfig = field(
+      default_factory=lambda: SamplingConfig(max_new_tokens=256, temperature=1.0)
+  )
+  rollout: RolloutConfig = field(default_factory=RolloutConfig)
+  rl: RLConfig = field(default_factory=RLConfig)
+  curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+  corpus: CorpusConfig = field(default_factory=CorpusConfig)
+  roles: RolesConfig = field(default_factory=RolesConfig)
+  sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+  validation: ValidationConfig = field(default_factory=ValidationConfig)
+
+  def __post_init__(self):
+    choice(self.mode, MODES, "mode")
+    choice(self.backend, ("auto", "jax", "sandbox"), "backend")
+    for key in ("iterations", "regen_interval", "pool_size", "group_size", "max_parallel_episodes",
+                "checkpoint_every", "keep_checkpoints"):
+      positive(getattr(self, key), key)
+    positive(self.min_valid_envs, "min_valid_envs", allow_zero=True)
+
+
+def load_config(name_or_path: str | None = "default", overrides: list[str] | tuple[str, ...] = ()):
+  """The config named (or at a path), with `key=value` overrides applied and validated."""
+  data = read_yaml(name_or_path or "default")
+  data = merge(data, parse_overrides(list(overrides)))
+  return from_dict(Config, data)

@@ -41,13 +41,15 @@ GenerateFn = Callable[[list[list[int]]], list[Generation]]
 
 
 class Tokenizer(Protocol):
-  eos_token_id: int | None
+  """What rollouts need of `spade_jax.models.tokenizer.Tokenizer`."""
 
-  def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+  eos_token_ids: tuple[int, ...]
 
-  def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+  def encode(self, text: str, *, add_special_tokens: bool = ...) -> list[int]: ...
 
-  def apply_chat_template(self, messages, tokenize: bool = ..., add_generation_prompt: bool = ...): ...
+  def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = ...) -> str: ...
+
+  def apply_chat_template(self, messages, *, add_generation_prompt: bool = ...) -> str: ...
 
 
 @dataclasses.dataclass
@@ -92,12 +94,9 @@ class ChatStream:
   def __init__(self, tokenizer: Tokenizer, system_prompt: str | None = None):
     self.tokenizer = tokenizer
     self.messages: list[dict] = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    self.eos_text = tokenizer.decode([tokenizer.eos_token_id]) if tokenizer.eos_token_id is not None else ""
 
   def _render(self, messages, add_generation_prompt: bool) -> str:
-    return self.tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=add_generation_prompt
-    )
+    return self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
 
   def first_turn(self, user_text: str) -> list[int]:
     self.messages.append({"role": "user", "content": user_text})
@@ -105,7 +104,8 @@ class ChatStream:
 
   def next_turn(self, reply_tokens: list[int], user_text: str) -> list[int]:
     """Tokens that follow the agent's reply: the end of its turn, the user turn, the reply header."""
-    ended_with_eos = bool(reply_tokens) and reply_tokens[-1] == self.tokenizer.eos_token_id
+    ended_with_eos = bool(reply_tokens) and reply_tokens[-1] in self.tokenizer.eos_token_ids
+    eos_text = self.tokenizer.decode(reply_tokens[-1:], skip_special_tokens=False) if ended_with_eos else ""
     content = self.tokenizer.decode(reply_tokens, skip_special_tokens=True)
     self.messages.append({"role": "assistant", "content": content})
     through_reply = self._render(self.messages, False)
@@ -113,8 +113,8 @@ class ChatStream:
     following = self._render(self.messages, True)
     end = through_reply.rfind(content) + len(content) if content else len(through_reply)
     tail = through_reply[end:]  # the template's end-of-turn text after the reply
-    if ended_with_eos and tail.startswith(self.eos_text):
-      tail = tail[len(self.eos_text):]
+    if ended_with_eos and tail.startswith(eos_text):
+      tail = tail[len(eos_text):]
     delta = tail + following[len(through_reply):]
     return self.tokenizer.encode(delta, add_special_tokens=False)
 

@@ -1,0 +1,384 @@
+"""One SPADE iteration composed from the parts: design, validate, hint, play, score, update.
+
+Owns the order of the phases and the trainer state carried between iterations; every mechanism it
+calls lives in its own module (roles, envs, rollout, rl, curriculum, checkpoint, logging).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from spade_jax import roles
+from spade_jax.curriculum import EnvMemory, EnvRecord, ScoreInputs, designer_advantages, designer_scores
+from spade_jax.curriculum import skills_for_regeneration
+from spade_jax.curriculum.corpus import load_corpus
+from spade_jax.envs.compile import compile_env
+from spade_jax.envs.program import ProgramError
+from spade_jax.envs.validate import validate
+from spade_jax.rl.advantages import get_advantage_estimator
+from spade_jax.rl.batch import AGENT, DESIGNER
+from spade_jax.rl.collate import Sample
+from spade_jax.rollout import Generation, play_episodes
+
+log = logging.getLogger("spade_jax.selfplay")
+
+
+@dataclasses.dataclass
+class PoolEnv:
+  """One environment of the current pool and everything measured on it."""
+
+  env_id: str
+  skill: str
+  origin: str  # "designer", "library" (pool fill or fixed pool), "file"
+  source: str | None
+  valid: bool
+  errors: list[str] = dataclasses.field(default_factory=list)
+  backend: str | None = None
+  hint: str | None = None
+  r_hint: float = float("nan")  # mean hinted episode reward at the regeneration step
+  r_nohint: float = float("nan")  # mean unhinted episode reward at the regeneration step
+  r_hint_max: float = float("nan")
+  hung: bool = False
+  wins: list[float] = dataclasses.field(default_factory=list)  # per-iteration win rates, no hint
+  designer_sample: dict | None = None  # prompt/completion tokens and logprobs of the designer
+
+  @property
+  def win_rate(self) -> float:
+    return float(np.mean(self.wins)) if self.wins else float("nan")
+
+  def to_json(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+def generations_of(result) -> list[Generation]:
+  return [
+      Generation(tokens, logprobs, reason)
+      for tokens, logprobs, reason in zip(result.tokens, result.logprobs, result.finish_reasons)
+  ]
+
+
+class SelfPlay:
+  """Runs SPADE (or the fixed-pool baseline) for `config.iterations` iterations."""
+
+  def __init__(self, config, policy, learner, archive, timer):
+    self.cfg, self.policy, self.learner = config, policy, learner
+    self.archive, self.timer = archive, timer  # logging.EnvArchive and logging.PhaseTimer
+    self.rng = np.random.default_rng(config.seed)
+    self.memory = EnvMemory.from_config(config.curriculum)
+    self.corpus = load_corpus(config.corpus)
+    self.pool: list[PoolEnv] = []
+    self.envs_made = 0
+    self.iteration = 0
+
+  # -- trainer state for checkpoints ---------------------------------------------------------------
+
+  def state_dict(self) -> dict:
+    return {
+        "iteration": self.iteration,
+        "envs_made": self.envs_made,
+        "pool": [e.to_json() for e in self.pool],
+        "memory": self.memory.state_dict(),
+        "rng": self.rng.bit_generator.state,
+    }
+
+  def load_state_dict(self, state: dict) -> None:
+    self.iteration, self.envs_made = state["iteration"], state["envs_made"]
+    self.pool = [PoolEnv(**e) for e in state["pool"]]
+    self.memory = EnvMemory.from_state_dict(state["memory"])
+    self.rng.bit_generator.state = state["rng"]
+
+  # -- phases -------------------------------------------------------------------------------------
+
+  def _new_id(self, prefix: str) -> str:
+    self.envs_made += 1
+    return f"{prefix}{self.envs_made:05d}"
+
+  def design_pool(self) -> list[PoolEnv]:
+    """The designer writes `pool_size` programs over this regeneration's skills; each is validated."""
+    cfg = self.cfg
+    regen_index = self.iteration // cfg.regen_interval
+    skills = skills_for_regeneration(regen_index, cfg.curriculum.skills_per_regen)
+    requests = [
+        roles.design_request(
+            self.rng, skills[i % len(skills)], self.corpus, self.memory if cfg.use_memory else None,
+            cfg=cfg.roles, positives=cfg.curriculum.positives, negatives=cfg.curriculum.negatives,
+        )
+        for i in range(cfg.pool_size)
+    ]
+    prompts = [self.policy.chat_tokens(r.messages) for r in requests]
+    result = self.policy.generate(prompts, cfg.designer_sampling, self._key("designer"))
+    pool = []
+    for request, prompt, tokens, logprobs, text in zip(
+        requests, prompts, result.tokens, result.logprobs, result.texts
+    ):
+      source = roles.parse_designer_output(text)
+      env = self.check(PoolEnv(self._new_id("env"), request.skill, "designer", source, False))
+      env.designer_sample = {"prompt": prompt, "tokens": tokens, "logprobs": logprobs}
+      if not env.valid and cfg.roles.repair:
+        self.repair(env)
+      self.archive.add(env.source or text, {
+          "env_id": env.env_id, "iteration": self.iteration, "skill": env.skill, "mode": request.mode,
+          "base": request.base_name, "valid": env.valid, "backend": env.backend, "errors": env.errors,
+      })
+      pool.append(env)
+    return pool
+
+  def check(self, env: PoolEnv) -> PoolEnv:
+    """Validates the program (JAX backend where it fits, sandbox otherwise) and records the verdict."""
+    if not env.source:
+      env.valid, env.errors = False, ["no Python code block found in the designer's reply"]
+      return env
+    verdict = validate(env.source, config=self.cfg.validation, pool=self.learner.sandbox, backend=self.cfg.backend)
+    env.valid, env.errors, env.backend = verdict.valid, list(verdict.errors), verdict.backend
+    env.hung = any("timed out" in e or "time" in e and "limit" in e for e in verdict.errors)
+    return env
+
+  def repair(self, env: PoolEnv) -> None:
+    """One repair turn: a valid repaired program feeds the agent; the designer is still scored on
+    what it first wrote (its sample is kept unchanged)."""
+    if not env.source:
+      return
+    messages = roles.repair_prompt(env.source, env.errors, self.cfg.roles)
+    result = self.policy.generate(
+        [self.policy.chat_tokens(messages)], self.cfg.designer_sampling, self._key("repair")
+    )
+    repaired = roles.parse_designer_output(result.texts[0])
+    if repaired:
+      trial = self.check(PoolEnv(env.env_id, env.skill, env.origin, repaired, False))
+      if trial.valid:
+        env.source, env.backend, env.errors = repaired, trial.backend, []
+        env.valid, env.origin = True, "designer-repaired"
+
+  def fill_from_library(self, pool: list[PoolEnv]) -> list[PoolEnv]:
+    """Tops the pool up with library environments so the agent always has `min_valid_envs` to play."""
+    from spade_jax.envs.library import library_programs  # noqa: PLC0415
+
+    valid = sum(e.valid for e in pool)
+    programs = library_programs()
+    order = self.rng.permutation(len(programs))
+    for idx in order[: max(0, self.cfg.min_valid_envs - valid)]:
+      program = programs[idx]
+      env = PoolEnv(f"lib-{program.name}", program.skill, "library", program.source, True, backend=None)
+      pool.append(self.check(env))
+    return pool
+
+  def write_hints(self) -> None:
+    envs = [e for e in self.pool if e.valid]
+    if not envs:
+      return
+    prompts = [self.policy.chat_tokens(roles.hint_prompt(e.source, self.cfg.roles)) for e in envs]
+    result = self.policy.generate(prompts, self.cfg.hint_sampling, self._key("hint"))
+    for env, text in zip(envs, result.texts):
+      env.hint = roles.parse_hint(text, self.cfg.roles.max_hint_sentences) or None
+
+  def play(self, hinted: bool) -> list:
+    """G plays of every valid environment without the hint (and G with it when `hinted`)."""
+    cfg = self.cfg
+    jobs = []  # (pool env, arm, seed)
+    for env in self.pool:
+      if not env.valid:
+        continue
+      arms = ("nohint", "hint") if hinted and env.hint else ("nohint",)
+      for arm in arms:
+        for g in range(cfg.group_size):
+          jobs.append((env, arm, int(self.rng.integers(2**31))))
+    trajectories = []
+    for start in range(0, len(jobs), cfg.max_parallel_episodes):
+      chunk = jobs[start : start + cfg.max_parallel_episodes]
+      instances = []
+      for env, _, _ in chunk:
+        try:
+          instances.append(compile_env(env.source, env.backend or cfg.backend, pool=self.learner.sandbox).make())
+        except (ProgramError, ValueError, RuntimeError, OSError) as err:
+          instances.append(_BrokenEnv(str(err)))
+      try:
+        trajectories += play_episodes(
+            instances, [seed for _, _, seed in chunk], self._agent_generate, self.policy.tokenizer,
+            cfg.rollout, hints=[env.hint if arm == "hint" else None for env, arm, _ in chunk],
+            groups=[(env.env_id, arm) for env, arm, _ in chunk],
+            format_observation=roles.with_hint,
+        )
+      finally:
+        for instance in instances:
+          close = getattr(instance, "close", None)
+          if close:
+            try:
+              close()
+            except Exception:  # noqa: BLE001 (closing a crashed env must not end the run)
+              pass
+    return trajectories
+
+  def _agent_generate(self, prompts):
+    return generations_of(self.policy.generate(prompts, self.cfg.agent_sampling, self._key("agent")))
+
+  def _key(self, what: str):
+    return jax.random.key(int(self.rng.integers(2**31)))
+
+  # -- scoring ------------------------------------------------------------------------------------
+
+  def measure(self, trajectories, hinted: bool) -> dict:
+    by_env = {e.env_id: e for e in self.pool}
+    rewards: dict = {}
+    for traj in trajectories:
+      rewards.setdefault(traj.group, []).append(traj)
+    for (env_id, arm), trajs in rewards.items():
+      env = by_env[env_id]
+      mean = float(np.mean([t.episode_reward for t in trajs]))
+      if arm == "nohint":
+        env.wins.append(float(np.mean([t.won for t in trajs])))
+        if hinted:
+          env.r_nohint = mean
+      else:
+        env.r_hint, env.r_hint_max = mean, float(max(t.episode_reward for t in trajs))
+    played = [t for t in trajectories if t.group[1] == "nohint"]
+    out = {
+        "agent/win_rate": float(np.mean([t.won for t in played])) if played else float("nan"),
+        "agent/episodes": len(trajectories),
+        "agent/mean_turns": float(np.mean([len(t.actions) for t in trajectories])) if trajectories else 0.0,
+        "agent/truncated_share": float(np.mean([t.truncated for t in trajectories])) if trajectories else 0.0,
+    }
+    if hinted:
+      regrets = [e.r_hint - e.r_nohint for e in self.pool if e.valid and not math.isnan(e.r_hint)]
+      out["designer/regret_mean"] = float(np.mean(regrets)) if regrets else 0.0
+    return out
+
+  def agent_samples(self, trajectories) -> list[Sample]:
+    estimator = get_advantage_estimator(self.cfg.rl.agent_advantage)
+    trajectories = [t for t in trajectories if self.cfg.train_on_hinted or t.group[1] == "nohint"]
+    if not trajectories:
+      return []
+    groups = {g: i for i, g in enumerate(dict.fromkeys(t.group for t in trajectories))}
+    rewards = np.array([t.episode_reward for t in trajectories], np.float32)
+    advantages = np.asarray(estimator(rewards, np.array([groups[t.group] for t in trajectories])))
+    return [
+        Sample(t.tokens, t.loss_mask, t.behaviour_logprobs, float(a), AGENT)
+        for t, a in zip(trajectories, advantages)
+        if t.trainable and a != 0.0
+    ]
+
+  def remember_pool(self) -> None:
+    """SPADE's memory keeps every designed environment with its regret, win rate and skill."""
+    for env in self.pool:
+      if env.valid and env.source and env.origin.startswith("designer") and self.cfg.use_memory:
+        self.memory.add(EnvRecord(
+            env.env_id, env.source, env.skill, env.r_hint - env.r_nohint, env.win_rate, True,
+            self.iteration - self.cfg.regen_interval,
+        ))
+
+  def score_pool(self, agent_sample_count: int) -> tuple[list[Sample], dict]:
+    """The delayed designer update for the pool written `regen_interval` iterations ago."""
+    designed = [e for e in self.pool if e.designer_sample is not None]
+    if not designed:
+      return [], {}
+    c = self.cfg.curriculum
+    inputs = ScoreInputs(
+        r_hint=np.nan_to_num([e.r_hint for e in designed]),
+        r_nohint=np.nan_to_num([e.r_nohint for e in designed]),
+        win_rate=np.nan_to_num([e.win_rate for e in designed]),
+        valid=np.array([e.valid for e in designed]),
+        hung=np.array([e.hung for e in designed]),
+        r_hint_max=np.nan_to_num([e.r_hint_max for e in designed]),
+        win_rate_history=np.array([_pad(e.wins, self.cfg.regen_interval) for e in designed]),
+    )
+    scores = np.asarray(designer_scores(inputs, c))
+    advantages = designer_advantages(
+        scores, [e.skill for e in designed], max(agent_sample_count, 1), len(designed),
+        self.cfg.regen_interval, c.max_designer_scale,
+        include=None if c.invalid_in_baseline else np.array([e.valid for e in designed]),
+    )
+    samples = []
+    for env, score, adv in zip(designed, scores, advantages):
+      self.archive.update(env.env_id, score=float(score), regret=_finite(env.r_hint - env.r_nohint),
+                           win_rate=_finite(env.win_rate), hint=env.hint)
+      if env.env_id in self.memory:
+        self.memory.update(env.env_id, score=float(score))
+      d = env.designer_sample
+      samples.append(Sample(
+          d["prompt"] + d["tokens"], [0] * len(d["prompt"]) + [1] * len(d["tokens"]),
+          [0.0] * len(d["prompt"]) + list(d["logprobs"]), float(adv), DESIGNER, stale=True,
+      ))
+    in_band = [c.band_low <= e.win_rate <= c.band_high for e in designed if e.valid]
+    return samples, {
+        "designer/score_mean": float(np.mean(scores)),
+        "curriculum/in_band_share": float(np.mean(in_band)) if in_band else 0.0,
+    }
+
+  # -- one iteration ------------------------------------------------------------------------------
+
+  def step(self) -> dict:
+    cfg, timer = self.cfg, self.timer
+    metrics: dict[str, Any] = {}
+    designer: list[Sample] = []
+    regen = cfg.mode == "selfplay" and self.iteration % cfg.regen_interval == 0
+    if cfg.mode == "fixed_pool" and not self.pool:
+      self.pool = [self.check(e) for e in fixed_pool_envs(cfg.env_pool)]
+    if regen and self.pool:  # the previous pool's window is over: remember it, score its designer
+      self.remember_pool()
+      if cfg.train_designer:
+        agent_count = cfg.group_size * max(1, sum(e.valid for e in self.pool)) * cfg.regen_interval
+        designer, score_metrics = self.score_pool(agent_count)
+        metrics.update(score_metrics)
+    if regen:
+      with timer.phase("designer"):
+        pool = self.design_pool()
+      metrics["designer/valid_rate"] = float(np.mean([e.valid for e in pool])) if pool else 0.0
+      metrics["designer/programs"] = len(pool)
+      self.pool = self.fill_from_library(pool)
+      with timer.phase("hints"):
+        self.write_hints()
+    with timer.phase("plays"):
+      trajectories = self.play(hinted=regen)
+    metrics.update(self.measure(trajectories, hinted=regen))
+    samples = self.agent_samples(trajectories) + designer
+    metrics["agent/samples"] = sum(s.role == AGENT for s in samples)
+    metrics["designer/samples"] = sum(s.role == DESIGNER for s in samples)
+    with timer.phase("update"):
+      metrics.update(self.learner.update(samples))
+    metrics["memory/size"] = len(self.memory)
+    metrics.update(timer.pop())
+    self.iteration += 1
+    return metrics
+
+
+def _pad(values: list[float], n: int) -> list[float]:
+  values = list(values)[-n:] or [0.0]
+  return [values[0]] * (n - len(values)) + values
+
+
+def _finite(x: float) -> float | None:
+  return None if x is None or not math.isfinite(x) else float(x)
+
+
+class _BrokenEnv:
+  """Stands in for an environment that could not be started: its episode ends with the error."""
+
+  def __init__(self, error: str):
+    self.error = error
+
+  def reset(self, seed=None):
+    raise RuntimeError(self.error)
+
+  def step(self, action):
+    raise RuntimeError(self.error)
+
+
+def fixed_pool_envs(env_pool: str | None) -> list[PoolEnv]:
+  """The fixed pool: every `*.py` program in a directory, or the library when none is given."""
+  if not env_pool:
+    from spade_jax.envs.library import library_programs  # noqa: PLC0415
+
+    return [PoolEnv(f"lib-{p.name}", p.skill, "library", p.source, True) for p in library_programs()]
+  root = Path(env_pool)
+  if not root.is_dir():
+    raise FileNotFoundError(f"env_pool {env_pool} is not a directory of environment programs (*.py)")
+  files = sorted(root.glob("*.py"))
+  if not files:
+    raise FileNotFoundError(f"env_pool {env_pool} holds no *.py environment programs")
+  return [PoolEnv(f"file-{f.stem}", "unknown", "file", f.read_text(), True) for f in files]
