@@ -222,6 +222,15 @@ class _GameEnv:
         return self._text(obs, info or {}), reward, bool(terminated), bool(truncated)
 
 
+def _extract_boxed(text: str) -> str | None:
+    """Last \\boxed{...} content, read the way the project's environments read actions."""
+    try:
+        from spade_jax.envs.api import extract_boxed
+    except ImportError:
+        from gem.utils.parsing import extract_last_boxed_answer as extract_boxed
+    return extract_boxed(text)
+
+
 class _ReasoningGymEnv:
     """One reasoning-gym item per seed, answered in one turn; success is score >= 0.999."""
 
@@ -241,9 +250,7 @@ class _ReasoningGymEnv:
         return f"{self._entry['question'].rstrip()}\n\n{RG_ANSWER_INSTRUCTION}"
 
     def step(self, action: str) -> tuple[str, float, bool, bool]:
-        from gem.utils.parsing import extract_last_boxed_answer
-
-        answer = extract_last_boxed_answer(action)
+        answer = _extract_boxed(action)
         try:
             with _saved_global_rng():
                 score = float(self._dataset.score_answer(answer.strip(), self._entry)) if answer else 0.0
@@ -489,47 +496,53 @@ def evaluate(
 # ----------------------------------------------------------------------------- policies
 
 
+def _prompt_ids(tokenizer: Any, messages: Messages) -> list[int]:
+    """Chat-template prompt ids: our Tokenizer's encode_chat, else a transformers tokenizer."""
+    encode_chat = getattr(tokenizer, "encode_chat", None)
+    if callable(encode_chat):
+        return list(encode_chat(messages, add_generation_prompt=True))
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
 def tokens_policy(
     generate: Callable[[list[list[int]]], Sequence[Any]], tokenizer: Any
 ) -> Policy:
-    """Policy from a token-level generator (rollout.GenerateFn: prompt ids -> generations
-    with `.tokens`), rendering each conversation with the tokenizer's chat template."""
+    """Policy from a token-level generator (prompt ids -> one completion per prompt, each a
+    list of ids or an object with `.tokens`, as rollout.GenerateFn returns)."""
 
     def policy(conversations: list[Messages]) -> list[str]:
-        prompts = []
-        for messages in conversations:
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            prompts.append(list(tokenizer.encode(text, add_special_tokens=False)))
-        generations = generate(prompts)
-        replies = []
-        for g in generations:
-            tokens = getattr(g, "tokens", g)
-            replies.append(tokenizer.decode(list(tokens), skip_special_tokens=True))
-        return replies
+        generations = generate([_prompt_ids(tokenizer, messages) for messages in conversations])
+        return [
+            tokenizer.decode(list(getattr(g, "tokens", g)), skip_special_tokens=True)
+            for g in generations
+        ]
 
     return policy
 
 
-def model_policy(model: Any, tokenizer: Any, sampling_config: Any = None) -> Policy:
-    """Policy backed by our sampler (spade_jax.sampling.Sampler) on `model`."""
-    try:
-        from spade_jax import sampling
-    except ImportError as err:
-        raise RuntimeError(
-            "spade_jax.sampling is not available yet; evaluate a model once the sampler lands "
-            f"({err})"
-        ) from None
-    make = getattr(sampling, "make_generate_fn", None)
-    if make is not None:
-        generate = make(model, tokenizer, sampling_config)
-    else:
-        sampler = sampling.Sampler(model, tokenizer, sampling_config) if sampling_config is not None \
-            else sampling.Sampler(model, tokenizer)
+def model_policy(
+    model: Any, tokenizer: Any, sampling_config: Any = None, *, mesh: Any = None, seed: int = 0
+) -> Policy:
+    """Policy backed by spade_jax.sampling.Sampler on `model` (greedy, 256 new tokens unless
+    `sampling_config` says otherwise); each call draws a fresh key folded from `seed`."""
+    import itertools
 
-        def generate(prompts: list[list[int]]) -> Sequence[Any]:
-            return sampler.generate(prompts)
+    import jax
 
-    return tokens_policy(generate, tokenizer)
+    from spade_jax.sampling import Sampler, SamplingConfig
+
+    config = sampling_config or SamplingConfig(max_new_tokens=256, temperature=0.0)
+    sampler = Sampler(model, tokenizer, mesh=mesh)
+    calls = itertools.count()
+    base_key = jax.random.key(seed)
+
+    def policy(conversations: list[Messages]) -> list[str]:
+        prompts = [_prompt_ids(tokenizer, messages) for messages in conversations]
+        result = sampler.generate(prompts, config, key=jax.random.fold_in(base_key, next(calls)))
+        return list(result.texts)
+
+    return policy
 
 
 # ----------------------------------------------------------------------------- duplicates

@@ -291,3 +291,35 @@ def test_tokens_policy_renders_chat_template():
     policy = ev.tokens_policy(generate, CharTokenizer())
     assert policy([[{"role": "user", "content": "hi"}]]) == ["\\boxed{5}"]
     assert "".join(map(chr, seen[0])) == "<user>hi<assistant>"
+
+
+def test_eval_cli_usage_errors(tmp_path, capsys):
+    from experiments import eval as eval_cli
+
+    assert eval_cli.main(["--run", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert eval_cli.main(["--run", str(tmp_path)]) == 2
+    assert "no config.yaml" in capsys.readouterr().err
+    assert eval_cli.main(["--model", "no-such-model", "--suite", "quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown model") and err.count("\n") == 1
+    assert eval_cli.main(["--model", "tiny", "--episodes", "0"]) == 2
+    with pytest.raises(SystemExit):
+        eval_cli.main(["--model", "tiny", "--run", str(tmp_path)])
+
+
+@pytest.mark.slow
+def test_eval_cli_end_to_end_tiny_model(tmp_path, capsys):
+    import json
+
+    from experiments import eval as eval_cli
+
+    out = tmp_path / "report.json"
+    code = eval_cli.main(["--model", "tiny", "--suite", "quick", "--episodes", "1",
+                          "--max-new-tokens", "4", "--no-progress", "--out", str(out)])
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert report["source"] == {"model": "tiny"}
+    assert len(report["tasks"]) == len(ev.get_suite("quick").tasks)
+    assert all(t["episodes"] == 1 for t in report["tasks"])
+    assert "macro average" in capsys.readouterr().out

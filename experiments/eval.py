@@ -1,0 +1,162 @@
+"""Score a model or a training run on the held-out suite (offline GEM games and reasoning-gym):
+prints a success table with 95% intervals, writes JSON, and flags generated envs that copy an eval env.
+
+  python -m experiments.eval --model smollm2-135m-instruct --suite quick
+  python -m experiments.eval --run runs/spade-tiny --suite heldout --out eval.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from spade_jax import evaluation
+
+log = logging.getLogger("spade_jax.eval")
+
+
+class UsageError(Exception):
+    """A mistake the user can fix; printed as one line, exit status 2."""
+
+
+def _model_ref(run_dir: Path) -> str:
+    """The model a run trained, from its config.yaml (`model: NAME` or `model: {name|path: ...}`)."""
+    import yaml
+
+    config_path = run_dir / "config.yaml"
+    if not config_path.is_file():
+        raise UsageError(
+            f"{run_dir} is not a run directory (no config.yaml); pass the --out directory of "
+            "python -m experiments.run"
+        )
+    config = yaml.safe_load(config_path.read_text()) or {}
+    model = config.get("model")
+    if isinstance(model, dict):
+        model = model.get("name") or model.get("path") or model.get("ref")
+    if not isinstance(model, str) or not model:
+        raise UsageError(f"{config_path} names no model (expected model: NAME or model.name)")
+    return model
+
+
+def _restore_run_params(run_dir: Path, model: Any) -> int:
+    """Loads the latest checkpoint's parameters into `model`; returns its step."""
+    try:
+        from spade_jax import checkpoint
+    except ImportError:
+        raise UsageError(
+            "this checkout has no spade_jax.checkpoint, so run checkpoints cannot be read; "
+            "evaluate the base model with --model NAME"
+        ) from None
+    restore = getattr(checkpoint, "restore_params", None)
+    if restore is None:
+        raise UsageError("spade_jax.checkpoint has no restore_params(run_dir, model); update eval.py")
+    if not (run_dir / "checkpoints").is_dir():
+        raise UsageError(f"{run_dir} has no checkpoints/ yet; wait for the first checkpoint")
+    return int(restore(run_dir, model))
+
+
+def _load_policy(args: argparse.Namespace) -> tuple[Any, dict]:
+    from spade_jax.models.registry import load_model
+    from spade_jax.sampling import SamplingConfig
+
+    source: dict[str, Any] = {}
+    if args.run:
+        run_dir = Path(args.run)
+        if not run_dir.is_dir():
+            raise UsageError(f"run directory {run_dir} does not exist")
+        ref = _model_ref(run_dir)
+        source.update(run=str(run_dir), model=ref)
+    else:
+        ref = args.model
+        source.update(model=ref)
+    try:
+        loaded = load_model(ref)
+    except (ValueError, FileNotFoundError) as err:
+        raise UsageError(str(err)) from None
+    if args.run:
+        source["checkpoint_step"] = _restore_run_params(Path(args.run), loaded.model)
+    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
+    policy = evaluation.model_policy(loaded.model, loaded.tokenizer, sampling, seed=args.seed)
+    return policy, source
+
+
+def _run_duplicates(run_dir: Path, suite: evaluation.EvalSuite) -> list[dict]:
+    """Flags for the run's archived programs (envs/index.jsonl), if it has any."""
+    from spade_jax.logging import EnvArchive
+
+    if not (run_dir / "envs" / "index.jsonl").is_file():
+        return []
+    archive = EnvArchive(run_dir)
+    programs = {}
+    for entry in archive.read_index():
+        try:
+            programs[entry["env_id"]] = archive.source(entry["env_id"])
+        except OSError:
+            continue
+    return [flag._asdict() for flag in evaluation.flag_duplicates(programs, suite)]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.eval",
+        description="Score a model or run on the held-out suite (works offline).",
+    )
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", help="preset name, HF model directory or .gguf file")
+    which.add_argument("--run", help="run directory of experiments.run (latest checkpoint)")
+    parser.add_argument("--suite", default="heldout", choices=sorted(evaluation.SUITES))
+    parser.add_argument("--episodes", type=int, help="episodes per task (default: the suite's)")
+    parser.add_argument("--seed", type=int, default=0, help="shifts every episode seed (0 = canonical)")
+    parser.add_argument("--out", help="JSON report path (default for --run: RUN/eval_<suite>.json)")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="tokens per agent reply")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    parser.add_argument("--batch-size", type=int, help="most conversations per generation call")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from spade_jax.logging import setup_logging
+
+    setup_logging(None, "WARNING")
+    try:
+        if args.episodes is not None and args.episodes < 1:
+            raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+        if args.batch_size is not None and args.batch_size < 1:
+            raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+        if args.seed < 0:
+            raise UsageError(f"--seed must be >= 0, got {args.seed}")
+        suite = evaluation.get_suite(args.suite, args.episodes)
+        policy, source = _load_policy(args)
+    except (UsageError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+    report = evaluation.evaluate(
+        policy, suite, seed=args.seed, batch_size=args.batch_size, progress=not args.no_progress
+    )
+    result = {"source": source, **report.to_dict()}
+    print(report.format_table())
+    if args.run:
+        flags = _run_duplicates(Path(args.run), suite)
+        result["duplicates"] = flags
+        if flags:
+            print(f"\n{len(flags)} generated environment(s) resemble an eval environment "
+                  f"(content-word Jaccard >= {evaluation.DUPLICATE_THRESHOLD}):")
+            for flag in flags:
+                print(f"  {flag['env_id']}  ~  {flag['eval_env']}  ({flag['similarity']:.2f})")
+    out = args.out or (str(Path(args.run) / f"eval_{suite.name}.json") if args.run else None)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(result, indent=2) + "\n")
+        print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
