@@ -60,7 +60,9 @@ def _plain(value: Any) -> Any:
         return value
     if isinstance(value, Path):
         return str(value)
-    # numpy / jax scalars and 0-d arrays expose .item(); anything else is stored as text.
+    # numpy / jax arrays: scalars via .item(), small arrays as lists; anything else as text.
+    if getattr(value, "ndim", 0) and callable(getattr(value, "tolist", None)):
+        return _plain(value.tolist())
     item = getattr(value, "item", None)
     if callable(item):
         try:
@@ -482,9 +484,15 @@ class RunLogger:
         }
         if self.total_iterations is not None:
             info["planned iterations"] = self.total_iterations
-        for key in ("model", "name", "experiment"):
-            if isinstance(self.config, dict) and isinstance(self.config.get(key), (str, int)):
-                info[f"config {key}"] = self.config[key]
+        config = self.config if isinstance(self.config, dict) else {}
+        model = config.get("model")
+        if isinstance(model, dict):
+            model = model.get("name") or model.get("path")
+        if isinstance(model, str):
+            info["model"] = model
+        for key in ("mode", "iterations", "seed"):
+            if isinstance(config.get(key), (str, int)) and not isinstance(config.get(key), bool):
+                info[f"config {key}"] = config[key]
         if extra:
             info.update({str(k): _plain(v) for k, v in extra.items()})
         lines += [f"- **{k}**: {_fmt(v) if not isinstance(v, str) else v}" for k, v in info.items()]

@@ -34,6 +34,7 @@ def _metrics(i):
         "designer/valid_rate": 0.5,
         "designer/regret_mean": 0.02 * i,
         "memory/size": i * 3,
+        "agent/win_rate_per_env": np.array([0.5, 0.25]),
         "time/designer": 0.5,
         "time/agent": 1.5,
     }
@@ -48,17 +49,18 @@ def test_stdlib_logging_is_not_shadowed():
 
 
 def test_metrics_config_plots_summary(tmp_path):
-    config = {"model": "tiny", "rl": {"lr": 1e-6, "betas": (0.9, 0.98)}}
+    config = {"model": {"name": "tiny"}, "rl": {"lr": 1e-6, "betas": (0.9, 0.98)}}
     with RunLogger(tmp_path, config, tensorboard=False, progress=False, plot_every=100) as run:
         for i in range(4):
             run.log(i, _metrics(i))
     assert yaml.safe_load((tmp_path / "config.yaml").read_text()) == {
-        "model": "tiny", "rl": {"lr": 1e-6, "betas": [0.9, 0.98]}}
+        "model": {"name": "tiny"}, "rl": {"lr": 1e-6, "betas": [0.9, 0.98]}}
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
     assert [r["iteration"] for r in records] == [0, 1, 2, 3]
     assert records[3]["agent/win_rate"] == pytest.approx(0.3, abs=1e-6)
     assert records[2]["memory/size"] == 6
+    assert records[0]["agent/win_rate_per_env"] == [0.5, 0.25]
     assert {"time/designer", "time/agent", "wall_s"} <= set(records[0])
 
     plots = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
@@ -68,6 +70,7 @@ def test_metrics_config_plots_summary(tmp_path):
     assert _png_size(tmp_path / "plots" / "loss.png") == (600, 350)
 
     summary = (tmp_path / "summary.md").read_text()
+    assert "- **model**: tiny" in summary
     assert "| loss | 0.25 | 0.25 | 3 |" in summary  # lower loss is better
     assert "| designer/regret_mean | 0.06 | 0.06 | 3 |" in summary
     assert "| agent | 1.500 | 6.0 | 75.0% |" in summary
