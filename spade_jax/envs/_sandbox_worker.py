@@ -300,6 +300,10 @@ class Worker:
     def op_load(self, request):
         source = request["source"]
         class_name = request["class_name"]
+        import linecache
+
+        # Tracebacks then quote the program's own line back to its author.
+        linecache.cache[_PROGRAM_FILE] = (_len(source), None, source.splitlines(True), _PROGRAM_FILE)
         code = compile(source, _PROGRAM_FILE, "exec")
         module = types.ModuleType("env_program")
         module.__file__ = _PROGRAM_FILE

@@ -32,21 +32,22 @@ class ProgramError(ValueError):
 
 
 def extract_code(designer_text: str) -> str:
-    """Code block of designer output: the last ```python block (the longest on a tie of
-    several python blocks after edits), else the last fenced block, else the whole text when
-    it parses as Python."""
+    """Code block of designer output: among the ```python blocks (any fenced block when none
+    is labelled python), the last that defines a class with reset and step, else the last with
+    a class, else the longest; without fences, the whole text when it parses as Python."""
     if not isinstance(designer_text, str):
         raise ProgramError(f"designer output must be a str, got {type(designer_text).__name__}")
     blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(designer_text)]
     python_blocks = [code for lang, code in blocks if lang in ("python", "py", "python3")]
     candidates = python_blocks or [code for _, code in blocks]
-    # Designers often show a usage snippet after the class; the class is in the longest block,
-    # and among equally plausible blocks the last one is the final version.
+    # Designers often show a usage snippet after the class and sometimes a draft before it:
+    # take the last block defining a class with reset and step, else the last with a class,
+    # else the longest block.
     with_class = [c for c in candidates if re.search(r"^\s*class\s+\w+", c, re.MULTILINE)]
-    if with_class:
-        return max(reversed(with_class), key=len).strip("\n") + "\n"
-    if candidates:
-        return candidates[-1].strip("\n") + "\n"
+    playable = [c for c in with_class if re.search(r"def\s+reset\b", c) and re.search(r"def\s+step\b", c)]
+    chosen = (playable or with_class or [max(candidates, key=len)] if candidates else [None])[-1]
+    if chosen is not None:
+        return chosen.strip("\n") + "\n"
     try:
         ast.parse(designer_text)
     except SyntaxError:

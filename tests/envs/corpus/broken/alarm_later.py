@@ -1,0 +1,19 @@
+# expect: invalid step
+import signal
+import random
+
+
+class DigitEnv:
+    def reset(self, seed=None):
+        self.rng = random.Random(seed)
+        self.target = self.rng.randint(1, 9)
+        self.turn = 0
+        signal.alarm(1)
+        return "Guess a digit 1-9 as \\boxed{N}.", {}
+
+    def step(self, action):
+        self.turn += 1
+        import time
+        time.sleep(2)
+        won = "\\boxed{%d}" % self.target in action
+        return ("Right." if won else "Wrong."), float(won), won, self.turn >= 5, {}

@@ -1,0 +1,4 @@
+# expect: invalid class
+class Helper:
+    def reset(self, seed=None):
+        return 'x', {}

@@ -1,0 +1,1 @@
+# expect: invalid class

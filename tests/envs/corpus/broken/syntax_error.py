@@ -1,0 +1,4 @@
+# expect: invalid syntax
+class BrokenEnv:
+    def reset(self, seed=None)
+        return 'x', {}
