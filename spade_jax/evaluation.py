@@ -158,50 +158,16 @@ def _saved_global_rng() -> Iterator[None]:
         np.random.set_state(np_state)
 
 
-class _IsolatedGemEnv:
-    """A GEM env whose calls run on its own copy of the global RNGs, so envs played in
-    lockstep (and the caller) never change each other's episodes."""
-
-    def __init__(self, env_id: str):
-        import gem
-
-        with _saved_global_rng():
-            self._env = gem.make(env_id)
-            self._py_state = random.getstate()
-            self._np_state = np.random.get_state()
-
-    def _call(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
-        with _saved_global_rng():
-            random.setstate(self._py_state)
-            np.random.set_state(self._np_state)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self._py_state = random.getstate()
-                self._np_state = np.random.get_state()
-
-    def reset(self, seed: int | None = None) -> tuple[str, dict]:
-        return self._call(self._env.reset, seed=seed)
-
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
-        return self._call(self._env.step, action)
-
-
-def _make_gem_env(env_id: str) -> Any:
-    """GEM env with RNG isolation: the envs package's helper when present, else ours."""
-    try:
-        from spade_jax.envs.api import make_gem_env
-    except ImportError:
-        return _IsolatedGemEnv(env_id)
-    return make_gem_env(env_id)
-
-
 class _GameEnv:
     """GEM game whose observation text includes `info["suffix"]` (the board), as GEM's
     ObservationWrapper shows it; success is a terminal win (reward 1, not truncated)."""
 
     def __init__(self, env_id: str):
-        self._env = _make_gem_env(env_id)
+        from spade_jax.envs.api import make_gem_env
+
+        # Each game runs on its own copy of the global RNG state (GEM's reset reseeds the
+        # global generators and some games draw from them every step).
+        self._env = make_gem_env(env_id)
 
     @staticmethod
     def _text(obs: str, info: Mapping[str, Any]) -> str:
@@ -220,15 +186,6 @@ class _GameEnv:
         # turns may pay a partial reward, which does not count as success.
         self.success = bool(terminated) and not bool(truncated) and reward >= 1.0 - 1e-6
         return self._text(obs, info or {}), reward, bool(terminated), bool(truncated)
-
-
-def _extract_boxed(text: str) -> str | None:
-    """Last \\boxed{...} content, read the way the project's environments read actions."""
-    try:
-        from spade_jax.envs.api import extract_boxed
-    except ImportError:
-        from gem.utils.parsing import extract_last_boxed_answer as extract_boxed
-    return extract_boxed(text)
 
 
 class _ReasoningGymEnv:
@@ -250,7 +207,9 @@ class _ReasoningGymEnv:
         return f"{self._entry['question'].rstrip()}\n\n{RG_ANSWER_INSTRUCTION}"
 
     def step(self, action: str) -> tuple[str, float, bool, bool]:
-        answer = _extract_boxed(action)
+        from spade_jax.envs.api import extract_boxed
+
+        answer = extract_boxed(action)
         try:
             with _saved_global_rng():
                 score = float(self._dataset.score_answer(answer.strip(), self._entry)) if answer else 0.0
