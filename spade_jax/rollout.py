@@ -11,6 +11,8 @@ import dataclasses
 import math
 from typing import Any, Callable, Protocol, Sequence
 
+from spade_jax.envs.api import episode_reward
+
 
 @dataclasses.dataclass(frozen=True)
 class RolloutConfig:
@@ -71,9 +73,7 @@ class Trajectory:
   @property
   def episode_reward(self) -> float:
     """SPADE: the last step reward clipped to [-1, 1] if the episode terminated, else 0."""
-    if not self.terminated or not self.rewards:
-      return 0.0
-    return float(min(1.0, max(-1.0, self.rewards[-1])))
+    return episode_reward(self.rewards[-1], self.terminated) if self.rewards else 0.0
 
   @property
   def won(self) -> bool:

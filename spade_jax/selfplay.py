@@ -74,6 +74,7 @@ class SelfPlay:
     self.memory = EnvMemory.from_config(config.curriculum)
     self.corpus = load_corpus(config.corpus)
     self.pool: list[PoolEnv] = []
+    self._compiled: dict = {}  # env_id -> envs.compile.CompiledEnv
     self.envs_made = 0
     self.iteration = 0
 
@@ -115,12 +116,13 @@ class SelfPlay:
     prompts = [self.policy.chat_tokens(r.messages) for r in requests]
     result = self.policy.generate(prompts, cfg.designer_sampling, self._key("designer"))
     pool = []
-    for request, prompt, tokens, logprobs, text in zip(
-        requests, prompts, result.tokens, result.logprobs, result.texts
+    for request, prompt, used, tokens, logprobs, text in zip(
+        requests, prompts, result.prompt_lengths, result.tokens, result.logprobs, result.texts
     ):
       source = roles.parse_designer_output(text)
       env = self.check(PoolEnv(self._new_id("env"), request.skill, "designer", source, False))
-      env.designer_sample = {"prompt": prompt, "tokens": tokens, "logprobs": logprobs}
+      # The prompt as the sampler saw it (Policy.generate keeps the tail of an over-long prompt).
+      env.designer_sample = {"prompt": prompt[len(prompt) - used:], "tokens": tokens, "logprobs": logprobs}
       if not env.valid and cfg.roles.repair:
         self.repair(env)
       self.archive.add(env.source or text, {
@@ -195,7 +197,7 @@ class SelfPlay:
       instances = []
       for env, _, _ in chunk:
         try:
-          instances.append(compile_env(env.source, env.backend or cfg.backend, pool=self.learner.sandbox).make())
+          instances.append(self.compiled(env).make())
         except (ProgramError, ValueError, RuntimeError, OSError) as err:
           instances.append(_BrokenEnv(str(err)))
       try:
@@ -214,6 +216,14 @@ class SelfPlay:
             except Exception:  # noqa: BLE001 (closing a crashed env must not end the run)
               pass
     return trajectories
+
+  def compiled(self, env: PoolEnv):
+    """The runnable form of a pool environment, built once per environment."""
+    if env.env_id not in self._compiled:
+      self._compiled[env.env_id] = compile_env(
+          env.source, env.backend or self.cfg.backend, pool=self.learner.sandbox
+      )
+    return self._compiled[env.env_id]
 
   def _agent_generate(self, prompts):
     return generations_of(self.policy.generate(prompts, self.cfg.agent_sampling, self._key("agent")))
