@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -191,6 +192,9 @@ class PhaseTimer:
 # ----------------------------------------------------------------------------- env archive
 
 
+_ENV_ID = re.compile(r"[A-Za-z0-9_.\-]{1,100}")
+
+
 class EnvArchive:
     """`run_dir/envs/`: every generated program as `<env_id>.py` and `index.jsonl`, one
     `add` line per program and `update` lines for fields learned later (regret, win rate)."""
@@ -205,7 +209,9 @@ class EnvArchive:
         lines = _read_jsonl(self.index_path)
         if start_iteration is not None:
             lines = self._drop_from(lines, start_iteration)
-        self._count = sum(1 for line in lines if line.get("event", "add") == "add")
+        self._ids = {line["env_id"] for line in lines
+                     if line.get("event", "add") == "add" and "env_id" in line}
+        self._count = len(self._ids)
 
     def _drop_from(self, lines: list[dict], start_iteration: int) -> list[dict]:
         """On resume, forget programs added at iterations >= start_iteration (they are redone)."""
@@ -236,17 +242,28 @@ class EnvArchive:
             f.flush()
 
     def add(self, program_source: str, record: Mapping[str, Any]) -> str:
-        """Store one program and its record; returns the new env id (`it00012-00345`)."""
+        """Store one program and its record; returns its env id: `record["env_id"]` when the
+        caller names it (so later `update` calls can use the caller's id), else a new one
+        (`it00012-00345`). A boolean `valid` without `verdict` sets verdict valid/invalid."""
         if not isinstance(program_source, str):
             raise ValueError(f"program_source must be a str, got {type(program_source).__name__}")
-        iteration = record.get("iteration")
-        prefix = f"it{int(iteration):05d}-" if isinstance(iteration, int) else "env-"
-        env_id = f"{prefix}{self._count:05d}"
+        env_id = record.get("env_id")
+        if env_id is None:
+            iteration = record.get("iteration")
+            prefix = f"it{int(iteration):05d}-" if isinstance(iteration, int) else "env-"
+            env_id = f"{prefix}{self._count:05d}"
+        elif not isinstance(env_id, str) or not _ENV_ID.fullmatch(env_id):
+            raise ValueError(f"env_id {env_id!r} must be letters, digits, '_', '-' or '.'")
+        if env_id in self._ids:
+            raise ValueError(f"env_id {env_id!r} is already in the archive; ids must be unique")
+        self._ids.add(env_id)
         self._count += 1
         (self.dir / f"{env_id}.py").write_text(program_source, encoding="utf-8")
         line = {"event": "add", "env_id": env_id, "path": f"envs/{env_id}.py"}
         line.update({field: None for field in self.FIELDS})
         line.update({k: v for k, v in record.items() if k not in ("event", "env_id", "path")})
+        if line["verdict"] is None and isinstance(line.get("valid"), bool):
+            line["verdict"] = "valid" if line["valid"] else "invalid"
         self._append(line)
         return env_id
 
