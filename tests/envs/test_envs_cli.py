@@ -1,0 +1,80 @@
+"""Tests of `python -m spade_jax.envs` (check and play) run as a subprocess, as users run it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandbox_helpers import corpus_files
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(120)
+
+
+def run_cli(*args, stdin=""):
+    return subprocess.run(
+        [sys.executable, "-m", "spade_jax.envs", *args],
+        cwd=ROOT, input=stdin, capture_output=True, text=True, timeout=110,
+    )
+
+
+def last_json(stdout):
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_check_valid_program_json():
+    path = corpus_files("good")[0]
+    result = run_cli("check", str(path), "--json", "--backend", "sandbox")
+    assert result.returncode == 0, result.stderr
+    verdict = last_json(result.stdout)
+    assert verdict["valid"] is True and verdict["backend"] == "sandbox" and verdict["errors"] == []
+    assert verdict["checks"]["determinism"]["ok"] is True
+
+
+def test_check_designer_text_with_code_block():
+    result = run_cli("check", str(Path(__file__).parent / "corpus" / "good" / "designer_output.md"), "--json", "--backend", "sandbox")
+    assert result.returncode == 0, result.stdout
+    assert last_json(result.stdout)["class_name"] == "ModSumEnv"
+
+
+@pytest.mark.parametrize("name", ["syntax_error.py", "infinite_loop_step.py", "segfault_ctypes.py"])
+def test_check_invalid_program_json(name):
+    path = Path(__file__).parent / "corpus" / "broken" / name
+    result = run_cli("check", str(path), "--json", "--step-timeout", "2", "--backend", "sandbox")
+    assert result.returncode == 1
+    verdict = last_json(result.stdout)
+    assert verdict["valid"] is False and verdict["errors"]
+
+
+def test_check_human_output():
+    path = Path(__file__).parent / "corpus" / "broken" / "reward_nan.py"
+    result = run_cli("check", str(path), "--backend", "sandbox")
+    assert result.returncode == 1
+    assert "INVALID" in result.stdout and "non-finite reward" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("check",), ("check", "/no/such/file.py"), ("frobnicate", "x.py"), ("check", "x.py", "--timeout", "-1")],
+)
+def test_usage_errors_exit_2(args):
+    result = run_cli(*args)
+    assert result.returncode == 2
+
+
+def test_play_session():
+    path = Path(__file__).parent / "corpus" / "good" / "guess_number.py"
+    result = run_cli("play", str(path), "--seed", "0", stdin="25\n:solution\n:quit\n")
+    assert result.returncode == 0, result.stderr
+    assert "Guess the hidden integer" in result.stdout
+    assert "reward 0" in result.stdout or "reward 1" in result.stdout
+    assert "\\boxed{" in result.stdout  # the printed solution
+
+
+def test_play_to_the_end_of_an_episode():
+    path = Path(__file__).parent / "corpus" / "good" / "no_solution.py"
+    result = run_cli("play", str(path), stdin="even\nodd\n")
+    assert result.returncode == 0, result.stderr
+    assert "episode reward 1" in result.stdout
