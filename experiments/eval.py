@@ -114,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", help="JSON report path (default for --run: RUN/eval_<suite>.json)")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="tokens per agent reply")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    parser.add_argument("--batch-size", type=int, help="most conversations per generation call")
+    parser.add_argument("--batch-size", type=int, default=16,
+                        help="most conversations per generation call (bounds prefill memory)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
 

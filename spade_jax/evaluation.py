@@ -7,6 +7,7 @@ import ast
 import contextlib
 import dataclasses
 import json
+import logging
 import math
 import random
 import re
@@ -36,6 +37,8 @@ __all__ = [
     "tokens_policy",
     "wilson_interval",
 ]
+
+_log = logging.getLogger(__name__)
 
 Messages = list[dict[str, str]]
 # A policy maps a batch of chat conversations (each ending with a user turn) to one reply each.
@@ -495,11 +498,23 @@ def model_policy(
     sampler = Sampler(model, tokenizer, mesh=mesh)
     calls = itertools.count()
     base_key = jax.random.key(seed)
+    # A conversation that no longer fits the context gets an empty reply, which the env
+    # scores as an unreadable action: the episode ends unsolved instead of the run failing.
+    room = model.spec.max_position - config.max_new_tokens
 
     def policy(conversations: list[Messages]) -> list[str]:
         prompts = [_prompt_ids(tokenizer, messages) for messages in conversations]
-        result = sampler.generate(prompts, config, key=jax.random.fold_in(base_key, next(calls)))
-        return list(result.texts)
+        fits = [i for i, p in enumerate(prompts) if len(p) <= room]
+        if len(fits) < len(prompts):
+            _log.warning("%d conversation(s) exceed the model's context; they get an empty reply",
+                         len(prompts) - len(fits))
+        replies = [""] * len(prompts)
+        if fits:
+            key = jax.random.fold_in(base_key, next(calls))
+            result = sampler.generate([prompts[i] for i in fits], config, key=key)
+            for i, text in zip(fits, result.texts):
+                replies[i] = text
+        return replies
 
     return policy
 

@@ -323,3 +323,34 @@ def test_eval_cli_end_to_end_tiny_model(tmp_path, capsys):
     assert len(report["tasks"]) == len(ev.get_suite("quick").tasks)
     assert all(t["episodes"] == 1 for t in report["tasks"])
     assert "macro average" in capsys.readouterr().out
+
+
+def test_model_policy_skips_conversations_past_the_context(monkeypatch):
+    import types
+
+    from spade_jax import sampling
+
+    class CharTokenizer:
+        def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
+            return "".join(m["content"] for m in messages)
+
+        def encode(self, text, add_special_tokens=False):
+            return [ord(c) for c in text]
+
+    calls = []
+
+    class FakeSampler:
+        def __init__(self, model, tokenizer, mesh=None):
+            pass
+
+        def generate(self, prompts, config, key=0):
+            calls.append(prompts)
+            return types.SimpleNamespace(texts=[f"\\boxed{{{len(p)}}}" for p in prompts])
+
+    monkeypatch.setattr(sampling, "Sampler", FakeSampler)
+    model = types.SimpleNamespace(spec=types.SimpleNamespace(max_position=30))
+    policy = ev.model_policy(model, CharTokenizer(), sampling.SamplingConfig(max_new_tokens=10))
+    short, long = [{"role": "user", "content": "x" * 20}], [{"role": "user", "content": "y" * 21}]
+    assert policy([long, short, long]) == ["", "\\boxed{20}", ""]
+    assert calls == [[[ord("x")] * 20]]
+    assert policy([long]) == [""] and len(calls) == 1
