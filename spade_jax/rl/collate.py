@@ -52,7 +52,9 @@ def collate(
   width = _round_up(max(longest, 1), length_multiple)
   if max_length is not None:
     width = min(width, max(max_length, 1))
-  rows = _round_up(_next_power_of_two(len(samples)), row_multiple)
+  # Rows: row_multiple times a power of two, so few distinct shapes compile (and a multiple of
+  # micro-batches x batch shards, as the train step needs).
+  rows = row_multiple * _next_power_of_two(-(-len(samples) // row_multiple))
   tokens = np.full((rows, width), pad_id, np.int32)
   valid = np.zeros((rows, width), bool)
   loss = np.zeros((rows, width), bool)
