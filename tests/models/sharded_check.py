@@ -1,0 +1,108 @@
+"""Run by test_mesh.py / test_hf_io.py in a child process with 8 CPU devices: sharded == unsharded.
+
+Usage: python tests/models/sharded_check.py [HF_DIR ...]; prints one line per case, exits 1 on a mismatch.
+"""
+
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+from spade_jax import mesh as mesh_lib  # noqa: E402
+from spade_jax.models.decoder import KVCache  # noqa: E402
+from spade_jax.models.hf import load_hf  # noqa: E402
+from spade_jax.models.presets import init_decoder  # noqa: E402
+
+TOL = 1e-5
+
+
+def forward(model, tokens, positions, valid):
+  @nnx.jit
+  def run(model, tokens, positions, valid):
+    logits, _ = model(tokens, positions, valid)
+    return logits
+
+  return np.asarray(run(model, tokens, positions, valid))
+
+
+def decode(model, tokens, positions, valid, steps=3):
+  """Prefill then a few greedy steps through the KV cache; returns the chosen tokens."""
+
+  @nnx.jit
+  def step(model, tokens, positions, valid, cache):
+    logits, cache = model(tokens, positions, valid, cache)
+    return jnp.argmax(logits[:, -1], axis=-1), cache
+
+  b, t = tokens.shape
+  cache = KVCache.create(model.spec, b, t + steps, jnp.float32)
+  nxt, cache = step(model, tokens, positions, valid, cache)
+  out = [nxt]
+  pos = positions[:, -1]
+  for _ in range(steps - 1):
+    pos = pos + 1
+    nxt, cache = step(model, nxt[:, None], pos[:, None], jnp.ones((b, 1), bool), cache)
+    out.append(nxt)
+  return np.stack([np.asarray(o) for o in out], axis=1)
+
+
+def inputs(vocab):
+  rng = np.random.RandomState(0)
+  tokens = rng.randint(0, vocab, (4, 9)).astype(np.int32)
+  valid = np.ones((4, 9), bool)
+  valid[1, :3] = False  # left padding
+  positions = np.maximum(np.cumsum(valid, axis=1) - 1, 0).astype(np.int32)
+  return jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(valid)
+
+
+def check(name, reference, sharded, batch_sharding):
+  tokens, positions, valid = inputs(reference.spec.vocab_size)
+  want = forward(reference, tokens, positions, valid)
+  put = lambda x: jax.device_put(x, batch_sharding)  # noqa: E731
+  got = forward(sharded, put(tokens), put(positions), put(valid))
+  diff = float(np.abs(got - want).max())
+  same_decode = bool(
+      (decode(reference, tokens, positions, valid) == decode(sharded, put(tokens), put(positions), put(valid))).all()
+  )
+  ok = diff <= TOL and same_decode
+  print(f"{'OK' if ok else 'FAIL'} {name} max_abs_diff={diff:.2e} decode_equal={same_decode}")
+  return ok
+
+
+def main(hf_dirs):
+  assert len(jax.devices()) == 8, jax.devices()
+  ok = True
+  for preset, mesh_arg, probe, want_spec in [
+      ("tiny", "fsdp=2,tensor=4", lambda m: m.layers[0].attn.q, P("fsdp", "tensor")),
+      ("tiny", "data=2,tensor=4", lambda m: m.layers[0].mlp.gate, P(None, "tensor")),
+      ("tiny-moe", "fsdp=2,expert=4", lambda m: m.layers[0].mlp.gate, P("expert", "fsdp")),
+      ("tiny-moe", "data=2,expert=4", lambda m: m.layers[1].mlp.down, P("expert")),
+  ]:
+    mesh = mesh_lib.make_mesh(mesh_lib.parse_mesh_arg(mesh_arg))
+    reference = init_decoder(preset, seed=1)
+    sharded = mesh_lib.shard_model(init_decoder(preset, seed=1), mesh)
+    spec = probe(sharded)[...].sharding.spec
+    if spec != want_spec:
+      print(f"FAIL {preset} {mesh_arg}: param sharding {spec}, expected {want_spec}")
+      ok = False
+    ok &= check(f"{preset} shard_model {mesh_arg}", reference, sharded, mesh_lib.batch_sharding(mesh))
+    direct = init_decoder(preset, seed=1, mesh=mesh)
+    ok &= check(f"{preset} init_decoder(mesh) {mesh_arg}", reference, direct, mesh_lib.batch_sharding(mesh))
+  for hf_dir in hf_dirs:
+    for mesh_arg, scan in [("fsdp=2,tensor=4", False), ("data=2,expert=4", True)]:
+      mesh = mesh_lib.make_mesh(mesh_lib.parse_mesh_arg(mesh_arg))
+      reference = load_hf(hf_dir)
+      sharded = load_hf(hf_dir, mesh=mesh, scan_layers=scan)
+      name = f"load_hf({os.path.basename(hf_dir)}, scan={scan}) {mesh_arg}"
+      ok &= check(name, reference, sharded, mesh_lib.batch_sharding(mesh))
+  return 0 if ok else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))
