@@ -145,3 +145,13 @@ def test_truncated_importance_weights_values_and_no_gradient():
     np.testing.assert_allclose(np.asarray(masked), [1.0, 0.0, 2.0], atol=1e-6)
     grad = jax.grad(lambda c: truncated_importance_weights(c, behav).sum())(cur)
     np.testing.assert_array_equal(np.asarray(grad), 0.0)
+
+
+def test_scores_and_advantages_trace_under_jit():
+    cfg = CurriculumConfig()
+    score = jax.jit(lambda a, b, w, v: designer_scores(ScoreInputs(a, b, w, valid=v), cfg))
+    out = score(jnp.asarray([0.6, 0.6]), jnp.asarray([0.5, 0.5]), jnp.asarray([0.5, 0.5]), jnp.asarray([True, False]))
+    np.testing.assert_allclose(np.asarray(out), [0.4 * (0.1 / 0.15) + 0.6, 0.0], atol=1e-6)
+    advantages = jax.jit(lambda s, k: designer_advantages(s, k, 12, 24, 4, num_skills=6))
+    np.testing.assert_allclose(np.asarray(advantages(jnp.asarray([0.8, 0.2, 0.5, 0.0]), jnp.asarray([1, 1, 0, 0]))),
+                               [0.6, -0.6, 0.5, -0.5], atol=1e-6)
