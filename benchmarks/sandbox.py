@@ -155,7 +155,8 @@ def main() -> None:
 
     iso = detect_isolation()
     layers = ",".join(k for k, v in iso["layers"].items() if v)
-    print(f"machine: {os.cpu_count()} cores; sandbox backend {iso['backend']} [{layers}]")
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
+          f"sandbox backend {iso['backend']} [{layers}]")
     figures: dict = {"cores": os.cpu_count(), "isolation": iso}
 
     with SandboxPool(SandboxConfig(workers=2)) as pool:
@@ -181,6 +182,8 @@ def main() -> None:
         figures["steps_per_s"][workers] = tp
         print(f"batched steps/s with {workers:2d} workers (step_many): {tp:,.0f} | in-process {base_tp:,.0f} | "
               f"ratio {tp / base_tp:.3f}")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} (timings are noisy when other work shares the cores)")
+    figures["load_average"] = os.getloadavg()[0]
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2, default=str))
 
