@@ -17,21 +17,10 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from spade_jax import mesh as mesh_lib
 from spade_jax.rl.batch import ROLE_NAMES, TrainBatch
 from spade_jax.rl.config import RLConfig
 from spade_jax.rl.losses import grpo_loss, loss_normalisers, token_logprobs
-
-# Used only when spade_jax.mesh is not importable: logical axis -> mesh axis.
-_FALLBACK_RULES = (
-    ("vocab", "tensor"),
-    ("embed", "fsdp"),
-    ("mlp", "tensor"),
-    ("heads", "tensor"),
-    ("kv_heads", "tensor"),
-    ("expert", "expert"),
-)
-_BATCH_AXES = ("data", "fsdp")  # mesh axes the batch dimension is split over, where present
-
 
 @flax.struct.dataclass
 class TrainState:
@@ -62,50 +51,18 @@ def make_optimizer(cfg: RLConfig) -> optax.GradientTransformation:
   return optax.chain(optax.clip_by_global_norm(cfg.grad_clip), adamw)
 
 
-def _logical_rules(rules):
-  if rules is not None:
-    return tuple(rules)
-  try:
-    from spade_jax import mesh as mesh_lib  # noqa: PLC0415 (written by another part of the project)
-
-    return tuple(mesh_lib.LOGICAL_RULES)
-  except (ImportError, AttributeError):
-    return _FALLBACK_RULES
-
-
-def logical_to_spec(logical_axes, shape, mesh: Mesh, rules) -> P:
-  """PartitionSpec for one param; a dim is left whole if its mesh axis is absent, reused or does not divide it."""
-  table = dict(rules)
-  used, spec = set(), []
-  for name, size in zip(logical_axes or (None,) * len(shape), shape):
-    target = table.get(name)
-    axes = (target,) if isinstance(target, str) else tuple(target or ())
-    axes = tuple(a for a in axes if a in mesh.shape and a not in used)
-    total = int(np.prod([mesh.shape[a] for a in axes])) if axes else 1
-    if not axes or total == 1 or size % total:
-      spec.append(None)
-      continue
-    used.update(axes)
-    spec.append(axes[0] if len(axes) == 1 else axes)
-  return P(*spec)
-
-
 def param_shardings(model: nnx.Module, mesh: Mesh, rules=None):
-  """NamedSharding per param, as a pure dict shaped like `nnx.to_pure_dict(nnx.state(model, nnx.Param))`."""
-  rules = _logical_rules(rules)
-  params = nnx.state(model, nnx.Param)
-
-  def one(var):
-    return NamedSharding(mesh, logical_to_spec(var.get_metadata().get("logical_axes"), var.shape, mesh, rules))
-
-  shardings = jax.tree.map(one, params, is_leaf=lambda x: isinstance(x, nnx.Variable))
-  return nnx.to_pure_dict(shardings) if not isinstance(shardings, dict) else shardings
+  """NamedSharding per param from its logical axes (spade_jax.mesh rules), as a pure dict."""
+  return nnx.to_pure_dict(mesh_lib.param_shardings(nnx.state(model, nnx.Param), mesh, rules))
 
 
-def batch_axes(mesh: Mesh | None) -> tuple[str, ...]:
+def batch_axes(mesh: Mesh | None, rules=None) -> tuple[str, ...]:
+  """Mesh axes the batch rows are split over (the `batch` rule, axes of size > 1)."""
   if mesh is None:
     return ()
-  return tuple(a for a in _BATCH_AXES if a in mesh.shape)
+  rule = (mesh_lib.LOGICAL_RULES if rules is None else rules).get("batch") or ()
+  rule = (rule,) if isinstance(rule, str) else tuple(rule)
+  return tuple(a for a in rule if mesh.shape.get(a, 1) > 1)
 
 
 def prepare_batch(batch: TrainBatch) -> TrainBatch:
@@ -136,14 +93,18 @@ def _split_micro_batches(x, m: int):
 
 
 def _compute_graphdef(model: nnx.Module, compute_dtype):
-  """The model's graphdef with activations in `compute_dtype` (params are cast inside the layers)."""
-  if getattr(model, "dtype", compute_dtype) == compute_dtype:
-    return nnx.split(model, nnx.Param)[0]
-  spec = model.spec
-  abstract = nnx.eval_shape(
-      lambda: type(model)(spec, dtype=compute_dtype, param_dtype=jnp.float32, rngs=nnx.Rngs(0))
-  )
-  return nnx.split(abstract, nnx.Param)[0]
+  """The model's graphdef with every module's activation `dtype` set to `compute_dtype`.
+
+  Layers cast their params to `self.dtype` before each matmul, so the float32 master params in
+  the state meet bfloat16 activations without a separate cast (and get float32 gradients).
+  """
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), (params, rest))
+  clone = nnx.merge(graphdef, *abstract)
+  for _, node in nnx.iter_graph(clone):
+    if isinstance(node, nnx.Module) and hasattr(node, "dtype"):
+      node.dtype = compute_dtype
+  return nnx.split(clone, nnx.Param, ...)[0]
 
 
 def format_memory(compiled) -> str:
@@ -190,6 +151,7 @@ class TrainStep:
   state_shardings: Any  # TrainState of NamedSharding, or None without a mesh
   batch_sharding: NamedSharding | None  # rows split over the batch axes
   jitted: Any  # jax.jit(step_fn, shardings, donate_argnums=0)
+  rules: Any = None  # logical-axis rules (None: spade_jax.mesh.LOGICAL_RULES)
   verbose: bool = True  # print the compiled memory before the first step of each shape
   _compiled: dict = dataclasses.field(default_factory=dict)
 
@@ -225,7 +187,9 @@ class TrainStep:
   def place_batch(self, batch: TrainBatch) -> TrainBatch:
     batch = prepare_batch(batch)
     b = batch.batch_size
-    shards = 1 if self.mesh is None else int(np.prod([self.mesh.shape[a] for a in batch_axes(self.mesh)]))
+    shards = 1
+    if self.batch_sharding is not None:
+      shards = int(np.prod([self.mesh.shape[a] for a in batch_axes(self.mesh, self.rules)]))
     if b % (self.cfg.micro_batches * shards):
       raise ValueError(
           f"batch size {b} must be a multiple of micro_batches ({self.cfg.micro_batches}) x batch "
@@ -256,10 +220,10 @@ class TrainStep:
 
   def sampling_model(self, state: TrainState, model: nnx.Module) -> nnx.Module:
     """A model sharing `state`'s param buffers (no copy); valid only until the next train step donates them."""
-    graphdef = nnx.split(model, nnx.Param)[0]
+    graphdef, _, rest = nnx.split(model, nnx.Param, ...)
     dtypes = jax.tree.map(lambda x: x.dtype, nnx.to_pure_dict(nnx.state(model, nnx.Param)))
     params = jax.tree.map(lambda x, dt: x if x.dtype == dt else x.astype(dt), state.params, dtypes)
-    return nnx.merge(graphdef, params)
+    return nnx.merge(graphdef, params, rest)
 
   def write_params(self, model: nnx.Module, state: TrainState) -> None:
     """Copies the state's params into `model` (cast to the model's dtypes), e.g. for the sampler."""
@@ -307,12 +271,14 @@ def make_train_step(
         is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct),
     )
     state_shardings = TrainState(params=p_shardings, opt_state=opt_shardings, step=replicated, rng=replicated)
-    axes = batch_axes(mesh)
+    axes = batch_axes(mesh, rules)
     batch_sharding = NamedSharding(mesh, P(axes or None))
     mb_sharding = NamedSharding(mesh, P(None, axes or None))
 
+  _, _, rest = nnx.split(model, nnx.Param, ...)  # non-param variables (none in Decoder): constants
+
   def loss_fn(params, micro_batch, norm):
-    policy = nnx.merge(graphdef, params)
+    policy = nnx.merge(graphdef, params, rest)
     logp = token_logprobs(
         policy, micro_batch.tokens_bt, micro_batch.positions_bt, micro_batch.valid_bt, cfg.logprob_chunk
     )
@@ -344,7 +310,7 @@ def make_train_step(
 
       (grads, metrics), _ = jax.lax.scan(accumulate, (zero_grads, zero_metrics), micro)
       grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
-    grad_norm = optax.global_norm(grads)
+    grad_norm = optax.tree.norm(grads)
     updates, opt_state = optimizer.update(grads, state.opt_state, params)
     new_params = optax.apply_updates(params, updates)
     rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state.rng))[0])
@@ -375,5 +341,6 @@ def make_train_step(
       state_shardings=state_shardings,
       batch_sharding=batch_sharding,
       jitted=jitted,
+      rules=rules,
       verbose=verbose,
   )

@@ -1,0 +1,53 @@
+"""Subprocess body for test_train_step: on 8 CPU devices, a sharded (and micro-batched) step equals the
+unsharded one. Prints one JSON line with the largest differences.
+"""
+
+import json
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+from rl_testing import make_train_batch, tiny_decoder  # noqa: E402
+
+from spade_jax.mesh import MeshConfig, make_mesh  # noqa: E402
+from spade_jax.rl import RLConfig, make_train_step  # noqa: E402
+
+
+def run(mesh, micro_batches, steps=2):
+  model = tiny_decoder(0)
+  cfg = RLConfig(lr=1e-2, adam_eps=1.0, micro_batches=micro_batches, kl_coef=0.01)
+  init, step = make_train_step(model, cfg, mesh, verbose=False)
+  state = init(model)
+  history = []
+  for i in range(steps):
+    state, metrics = step(state, make_train_batch(i, batch=16, ref=True))
+    history.append({k: float(v) for k, v in metrics.items()})
+  params = jax.tree.map(np.asarray, state.params)
+  shardings = jax.tree.leaves(jax.tree.map(lambda x: str(getattr(x.sharding, "spec", "")), state.params))
+  return history, params, shardings
+
+
+def main():
+  assert jax.device_count() == 8, jax.devices()
+  mesh = make_mesh(MeshConfig(data=2, fsdp=2, tensor=2))
+  plain_hist, plain_params, _ = run(None, 1)
+  sharded_hist, sharded_params, specs = run(mesh, 2)
+  param_diff = max(float(np.max(np.abs(a - b))) for a, b in
+                   zip(jax.tree.leaves(plain_params), jax.tree.leaves(sharded_params)))
+  metric_diff = max(abs(a[k] - b[k]) / max(1.0, abs(a[k]))
+                    for a, b in zip(plain_hist, sharded_hist) for k in a)
+  print(json.dumps({
+      "param_diff": param_diff,
+      "metric_diff": metric_diff,
+      "sharded_params": sum("fsdp" in s or "tensor" in s for s in specs),
+      "loss": [h["loss"] for h in sharded_hist],
+  }))
+
+
+if __name__ == "__main__":
+  main()
