@@ -14,7 +14,7 @@ EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 def _read_program(path: str) -> str:
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8-sig", errors="replace") as f:
             text = f.read()
     except OSError as exc:
         raise SystemExit(_usage_error(f"cannot read {path}: {exc.strerror or exc}"))
@@ -44,7 +44,7 @@ def _sandbox_config(args):
 
 
 def cmd_check(args) -> int:
-    from spade_jax.envs.sandbox import SandboxPool, SandboxUnavailable
+    from spade_jax.envs.sandbox import SandboxError, SandboxPool, SandboxUnavailable
     from spade_jax.envs.validate import ValidationConfig, validate
 
     source = _read_program(args.file)
@@ -57,6 +57,10 @@ def cmd_check(args) -> int:
         return _usage_error(str(exc))
     try:
         verdict = validate(source, config=config, pool=pool, backend=args.backend)
+    except SandboxError as exc:
+        if args.json:
+            print(json.dumps({"valid": False, "backend": None, "errors": [f"sandbox: {exc}"], "checks": {}}))
+        return _usage_error(f"sandbox failure: {exc}")
     finally:
         pool.close()
     if args.json:

@@ -391,7 +391,12 @@ class Worker:
             return _str.__str__(plan)[: self.max_obs_chars]
         if _isinstance(plan, (list, tuple)):
             return [_str(a)[:10_000] for a in list(plan)[:10_000]]
+        if _isinstance(plan, (int, _float)) and not _isinstance(plan, bool):
+            return _str(plan)
         raise _ContractError(f"solution() must return a str or a list of actions, got {type(plan).__name__}")
+
+    def op_declared_turns(self, request):
+        return _declared_turns(self._instance(request))
 
     def op_get_attrs(self, request):
         inst = self._instance(request)

@@ -93,6 +93,11 @@ def find_env_class(source: str | ast.Module) -> str:
         )
     playable = [c for c in classes if _has_method(c, "reset") and _has_method(c, "step")]
     named = [c for c in classes if c.name.endswith("Env")]
+    # A base class (`class BaseEnv` with `class MazeEnv(BaseEnv)`) is not the environment.
+    bases = {b.id for c in classes for b in c.bases if isinstance(b, ast.Name)}
+    leaves = [c for c in named if c.name not in bases]
+    if len(leaves) == 1:
+        return leaves[0].name
     if len(named) == 1:
         return named[0].name
     if len(named) > 1:

@@ -10,6 +10,7 @@ import functools
 import itertools
 import json
 import logging
+import operator
 import os
 import select
 import shutil
@@ -817,8 +818,11 @@ class SandboxEnv:
         return self._pool.config.call_timeout_s if timeout is None else max(1e-3, float(timeout))
 
     def reset(self, seed: int | None = None, *, timeout: float | None = None) -> tuple[str, dict]:
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-            raise ValueError(f"reset(seed=...) takes an int or None, got {type(seed).__name__}")
+        if seed is not None:
+            try:
+                seed = operator.index(seed)  # numpy integers too
+            except TypeError:
+                raise ValueError(f"reset(seed=...) takes an int or None, got {type(seed).__name__}") from None
         value = self._worker.call(self._request("reset", seed=seed), self._timeout(timeout))
         if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], dict)):
             self._worker.kill("protocol violation")
@@ -849,6 +853,11 @@ class SandboxEnv:
             return value
         self._worker.kill("protocol violation")
         raise EnvCrashed("the environment process sent a malformed solution() reply; it was killed")
+
+    def declared_turns(self, *, timeout: float | None = None) -> int | None:
+        """The instance's current max_turns / MAX_TURNS (some programs set it in reset)."""
+        value = self._worker.call(self._request("declared_turns"), self._timeout(timeout))
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def get_attrs(self) -> dict[str, Any]:
         """The instance's attributes that survive JSON (numbers, str, lists, dicts, tuples,

@@ -179,6 +179,8 @@ def _run_checks(source: str, config: ValidationConfig, pool: SandboxPool, record
         raise _Failed(exc.check, str(exc)) from None
 
     budget = _Budget(config)
+    if len(source) > pool.config.max_input_chars:
+        raise _Failed("load", f"the program has {len(source)} characters; the limit is {pool.config.max_input_chars}")
     try:
         env = pool.load(source, class_name, timeout=budget.timeout("load"))
     except EnvTimeout as exc:
@@ -204,7 +206,8 @@ def _run_checks(source: str, config: ValidationConfig, pool: SandboxPool, record
         record("step", True, f"{len(config.probe_actions)} probe actions")
 
         # episode_length: the declared turn limit holds.
-        declared = env.max_turns
+        declared = _call("episode_length", budget, env.declared_turns)
+        declared = declared if declared is not None else env.max_turns
         if declared is not None and not 1 <= declared <= config.max_declared_turns:
             raise _Failed("episode_length", f"declared max_turns={declared} is outside [1, {config.max_declared_turns}]")
         limit = declared or config.max_turns
@@ -283,10 +286,13 @@ def validate(
     pool: SandboxPool | None = None,
     backend: str = "auto",
 ) -> Verdict:
-    """Validate one environment program (its text, or designer output holding a code block is
-    NOT accepted here: pass program.extract_code(text)). Never raises for program faults."""
+    """Validate one environment program's text (for designer output, pass
+    program.extract_code(text)). Program faults never raise: they make the verdict invalid.
+    SandboxError (e.g. SandboxUnavailable, a worker that cannot start) does raise."""
     if backend not in ("auto", "jax", "sandbox"):
         raise ValueError(f"backend must be auto, jax or sandbox, got {backend!r}")
+    if not isinstance(source, str):
+        raise TypeError(f"validate() takes the program as a str, got {type(source).__name__}")
     config = config or ValidationConfig()
     start = time.monotonic()
     checks: dict[str, dict[str, Any]] = {name: {"ok": None, "message": "skipped"} for name in CHECKS}

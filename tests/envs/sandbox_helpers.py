@@ -38,3 +38,16 @@ def processes_with_uid_in(low: int, high: int) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def wait_until_gone(uid: int, timeout: float = 10.0) -> list[int]:
+    """Processes of `uid` still present after up to `timeout` seconds (killing is
+    asynchronous once an environment is closed: the kernel tears the namespace down)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        left = processes_with_uid_in(uid, uid + 1)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)

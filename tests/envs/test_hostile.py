@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_helpers import corpus_files, processes_with_uid_in
+from sandbox_helpers import corpus_files, processes_with_uid_in, wait_until_gone
 from spade_jax.envs.sandbox import EnvError, SandboxConfig, SandboxPool
 from spade_jax.envs.validate import ValidationConfig, validate
 
@@ -128,7 +128,7 @@ def test_hostile_program_is_contained(path, host, pool):
     # nothing is left running: the workers that ran the program are gone
     if os.geteuid() == 0:
         for uid in uids_before:
-            assert processes_with_uid_in(uid, uid + 1) == [], f"{path.name} left processes behind"
+            assert wait_until_gone(uid) == [], f"{path.name} left processes behind"
     # and the pool still works
     good = pool.load("class OkEnv:\n    def reset(self, seed=None):\n        return 'ok', {}\n"
                      "    def step(self, a):\n        return 'ok', 0.0, True, False, {}\n", "OkEnv")
@@ -160,7 +160,7 @@ def test_fork_bomb_is_bounded_and_reaped(pool, host):
     finally:
         env.close()
     if os.geteuid() == 0:
-        assert processes_with_uid_in(uid, uid + 1) == []
+        assert wait_until_gone(uid) == []
 
 
 def test_fork_bomb_without_seccomp_is_bounded_by_nproc(host):
@@ -179,4 +179,4 @@ def test_fork_bomb_without_seccomp_is_bounded_by_nproc(host):
             assert len(processes_with_uid_in(uid, uid + 1)) <= config.nproc
         finally:
             env.close()
-        assert processes_with_uid_in(uid, uid + 1) == []
+        assert wait_until_gone(uid) == []

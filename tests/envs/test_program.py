@@ -83,3 +83,8 @@ def test_check_imports_reports_offender_and_line(source, line, module):
 def test_check_imports_rejects_relative_import():
     with pytest.raises(ProgramError, match="relative import"):
         check_imports("from . import helpers\n")
+
+
+def test_find_env_class_skips_base_classes():
+    source = "class BaseEnv:\n    def reset(self, seed=None): pass\n    def step(self, a): pass\nclass MazeEnv(BaseEnv):\n    pass\n"
+    assert find_env_class(source) == "MazeEnv"
