@@ -111,10 +111,9 @@ def _first_max_index(x_bv):
   return jnp.min(jnp.where(x_bv == top, iota, x_bv.shape[-1]), axis=-1)
 
 
-def _top_p_floor(probs_bv, top_p: float, iters: int = 32):
-  """Largest probability t with mass(p >= t) >= top_p, by bisection (an XLA:CPU sort of the vocab
-  costs ~200 ms at batch 16; 32 masked sums cost a few ms). Equals HF's sorted cumulative rule up
-  to ties and float32 resolution.
+def _bisect_floor(probs_bv, enough, iters: int = 32):
+  """Largest t in (0, max p] with enough(p >= t) true, by bisection over t (an XLA:CPU sort of the
+  vocabulary costs ~200 ms at batch 16; 32 masked reductions cost a few ms).
   """
   lo = jnp.zeros(probs_bv.shape[:-1], probs_bv.dtype)
   hi = jnp.max(probs_bv, axis=-1) * (1 + 1e-6) + 1e-30
@@ -122,12 +121,25 @@ def _top_p_floor(probs_bv, top_p: float, iters: int = 32):
   def halve(_, bounds):
     lo, hi = bounds
     mid = 0.5 * (lo + hi)
-    mass = jnp.sum(jnp.where(probs_bv >= mid[:, None], probs_bv, 0.0), axis=-1)
-    enough = mass >= top_p * (1 - 1e-6)
-    return jnp.where(enough, mid, lo), jnp.where(enough, hi, mid)
+    ok = enough(probs_bv >= mid[:, None])
+    return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
 
   lo, _ = jax.lax.fori_loop(0, iters, halve, (lo, hi))
   return lo
+
+
+def _top_k_floor(probs_bv, top_k):
+  """Probability of the k-th most likely token (ties at it are kept, as transformers' warper does)."""
+  return _bisect_floor(probs_bv, lambda keep: jnp.sum(keep, axis=-1) >= top_k)
+
+
+def _top_p_floor(probs_bv, top_p):
+  """Smallest kept probability of the nucleus: the largest t with mass(p >= t) >= top_p, which is
+  transformers' sorted-cumulative rule up to ties and float32 resolution.
+  """
+  return _bisect_floor(
+      probs_bv, lambda keep: jnp.sum(jnp.where(keep, probs_bv, 0.0), axis=-1) >= top_p * (1 - 1e-6)
+  )
 
 
 def _inverse_cdf(weights_bv, uniform_b):
@@ -152,21 +164,43 @@ def _inverse_cdf(weights_bv, uniform_b):
   return jnp.minimum(index, v - 1)
 
 
-def _choose(logits_bv, key, step, row_ids, cfg: SamplingConfig):
+@dataclasses.dataclass(frozen=True)
+class _Mode:
+  """The compile-time part of a sampling config; the numbers themselves are traced arguments."""
+
+  greedy: bool
+  top_k: bool  # filter by top_k
+  top_p: bool  # filter by top_p
+
+  @classmethod
+  def of(cls, config: SamplingConfig) -> "_Mode":
+    return cls(config.greedy, config.top_k > 0 and not config.greedy,
+               config.top_p < 1.0 and not config.greedy)
+
+
+def _knobs(config: SamplingConfig):
+  """Traced sampling numbers: changing them never recompiles."""
+  return (jnp.float32(max(config.temperature, 1e-6)), jnp.int32(config.top_k),
+          jnp.float32(config.top_p))
+
+
+def _choose(logits_bv, key, step, row_ids, mode: _Mode, knobs):
   """Next token per row, its temperature-1 logprob, and its logprob under the sampled distribution."""
+  temperature, top_k, top_p = knobs
   logp = jax.nn.log_softmax(logits_bv, axis=-1)
-  if cfg.greedy:
+  if mode.greedy:
     token = _first_max_index(logits_bv)
     return token, jnp.take_along_axis(logp, token[:, None], 1)[:, 0], jnp.zeros_like(logp[:, 0])
-  scaled = logits_bv / cfg.temperature
-  if cfg.top_k and cfg.top_k < logits_bv.shape[-1]:
-    kth = jax.lax.top_k(scaled, cfg.top_k)[0][:, -1:]
-    scaled = jnp.where(scaled < kth, -jnp.inf, scaled)
+  scaled = logits_bv / temperature
   weights = jnp.exp(scaled - jnp.max(scaled, axis=-1, keepdims=True))
-  if cfg.top_p < 1.0:
+  if mode.top_k or mode.top_p:
     probs = weights / jnp.sum(weights, axis=-1, keepdims=True)
-    floor = _top_p_floor(probs, cfg.top_p)
-    weights = jnp.where(probs >= floor[:, None], weights, 0.0)
+    if mode.top_k:  # transformers' order: temperature, then top-k, then top-p on the renormalised rest
+      probs = jnp.where(probs >= _top_k_floor(probs, top_k)[:, None], probs, 0.0)
+      probs = probs / jnp.sum(probs, axis=-1, keepdims=True)
+    if mode.top_p:
+      probs = jnp.where(probs >= _top_p_floor(probs, top_p)[:, None], probs, 0.0)
+    weights = jnp.where(probs > 0, weights, 0.0)
   # One uniform per row from (key, row, step): a row's draw does not depend on its batch neighbours.
   step_key = jax.random.fold_in(key, step)
   uniform = jax.vmap(lambda r: jax.random.uniform(jax.random.fold_in(step_key, r)))(row_ids)
@@ -192,18 +226,21 @@ def _prefill(graphdef, params, tokens_bt, valid_bt, *, slots: int, cache_dtype: 
   return logits_bv, cache, positions_bt[:, -1]
 
 
-def _decode(graphdef, params, cache, logits_bv, last_pos_b, live_b, key, max_new, *, cfg, stop_ids, new_room):
-  """Sample up to `max_new` tokens (traced, so budgets within one cache size share a compile)."""
+def _decode(graphdef, params, cache, logits_bv, last_pos_b, live_b, key, max_new, knobs, stop_ids,
+            *, mode: _Mode, new_room: int):
+  """Sample up to `max_new` tokens. Budget, knobs and stop ids are traced: they never recompile.
+
+  `stop_ids` [n, 2] holds (token id, 1 for EOS / 2 for a stop token); id -1 never matches.
+  """
   model = nnx.merge(graphdef, params)
   batch = logits_bv.shape[0]
   row_ids = jnp.arange(batch, dtype=jnp.int32)
-  stop_ids = jnp.asarray(stop_ids, jnp.int32)  # [n, 2]: id, 1 if EOS else 2 (stop)
   out_tokens = jnp.zeros((batch, new_room), jnp.int32)
   out_logp = jnp.zeros((batch, new_room), jnp.float32)
   out_slogp = jnp.zeros((batch, new_room), jnp.float32)
 
   def emit(step, logits, done, reason, outs):
-    token, logp, slogp = _choose(logits, key, step, row_ids, cfg)
+    token, logp, slogp = _choose(logits, key, step, row_ids, mode, knobs)
     keep = ~done
     tokens, lp, slp = outs
     tokens = tokens.at[:, step].set(jnp.where(keep, token, 0))
@@ -240,8 +277,9 @@ def _decode(graphdef, params, cache, logits_bv, last_pos_b, live_b, key, max_new
 
 class Sampler:
   """Generates from an NNX `Decoder` (its current parameters are read on every call, so training
-  updates are seen without rebuilding). Compiles once per (batch bucket, prompt bucket, cache size,
-  sampling settings); `compile_count` says how many programs were built so far.
+  updates are seen without rebuilding). Prefill compiles once per (batch bucket, prompt bucket, cache
+  size); decode once per (batch bucket, cache size, greedy / top-k on / top-p on). Temperature,
+  top-k, top-p values, token budget and stop ids are traced, so changing them never recompiles.
   """
 
   def __init__(self, model, tokenizer=None, *, mesh=None, eos_token_ids: Sequence[int] | None = None):
@@ -257,9 +295,8 @@ class Sampler:
         _prefill, static_argnums=0, static_argnames=("slots", "cache_dtype", "cache_sharding")
     )
     self._decode = jax.jit(
-        _decode, static_argnums=0, static_argnames=("cfg", "stop_ids", "new_room"), donate_argnums=(2,)
+        _decode, static_argnums=0, static_argnames=("mode", "new_room"), donate_argnums=(2,)
     )
-    self._shapes: set = set()
 
   # -- sharding -----------------------------------------------------------------------------------
 
@@ -301,7 +338,8 @@ class Sampler:
 
   @property
   def compile_count(self) -> int:
-    return len(self._shapes)
+    """Programs compiled so far (prefill + decode); bounded by the buckets, not by the calls."""
+    return self._prefill._cache_size() + self._decode._cache_size()
 
   def generate(
       self, prompts: Sequence[Sequence[int]], config: SamplingConfig, key: jax.Array | int = 0
@@ -336,19 +374,19 @@ class Sampler:
 
     stop_ids = [] if config.ignore_eos else [(i, 1) for i in self.eos_token_ids]
     stop_ids += [(i, 2) for i in config.stop_token_ids if i not in dict(stop_ids)]
-    stop_ids = tuple(stop_ids) or ((-1, 1),)
-    cfg = config.replace(stop_strings=(), stop_token_ids=())  # static part without host-only fields
+    # Padded to a multiple of 8 so that a few more stop ids do not change the compiled shape.
+    stop_ids += [(-1, 1)] * (-len(stop_ids) % 8 or (8 if not stop_ids else 0))
+    mode = _Mode.of(config)
 
     graphdef, params = nnx.split(self.model)
-    self._shapes.add(("prefill", batch, width, width + new_room, config.cache_dtype))
     logits, cache, last_pos = self._prefill(
         graphdef, params, self._put_batch(tokens), self._put_batch(valid),
         slots=width + new_room, cache_dtype=config.cache_dtype, cache_sharding=self._cache_sharding(),
     )
-    self._shapes.add(("decode", batch, width + new_room, cfg, stop_ids))
     out = self._decode(
         graphdef, params, cache, logits, last_pos, self._put_batch(live), key,
-        jnp.int32(config.max_new_tokens), cfg=cfg, stop_ids=stop_ids, new_room=new_room,
+        jnp.int32(config.max_new_tokens), _knobs(config), jnp.asarray(stop_ids, jnp.int32),
+        mode=mode, new_room=new_room,
     )
     out_tokens, out_logp, out_slogp, count, reason, _ = jax.device_get(out)
     return self._finish(prompts, config, out_tokens, out_logp, out_slogp, count, reason)

@@ -152,6 +152,11 @@ def open_gguf(path: str | os.PathLike) -> GGUFFile:
   return GGUFFile(path=path, metadata=metadata, tensors={t.name: t for t in reader.tensors})
 
 
+def _decimal(value: float) -> float:
+  """GGUF stores float32: take the shortest decimal that round-trips it (1e-5, not 9.99999974e-06)."""
+  return float(str(np.float32(value)))
+
+
 def spec_from_gguf(gf: GGUFFile) -> ModelSpec:
   """The `ModelSpec` described by a GGUF file's `<arch>.*` metadata."""
   md, arch = gf.metadata, gf.architecture
@@ -189,9 +194,9 @@ def spec_from_gguf(gf: GGUFFile) -> ModelSpec:
       num_heads=heads,
       num_kv_heads=kv_heads,
       head_dim=head_dim,
-      rope_theta=float(md.get(f"{arch}.rope.freq_base", 10000.0)),
+      rope_theta=_decimal(md.get(f"{arch}.rope.freq_base", 10000.0)),
       rope_scaling=scaling,
-      rms_eps=float(get("attention.layer_norm_rms_epsilon")),
+      rms_eps=_decimal(get("attention.layer_norm_rms_epsilon")),
       tie_embeddings="output.weight" not in gf.tensors,
       qkv_bias="blk.0.attn_q.bias" in gf.tensors,
       qk_norm="blk.0.attn_q_norm.weight" in gf.tensors,
