@@ -35,7 +35,7 @@ class CausalChainEnv:
             return self._observe("The episode is over; call reset()."), 0.0, True, False, {}
         self.turn += 1
         cmd = self._parse(action)
-        size = len(cmd) if cmd is not None and cmd.isdigit() else 0
+        size = len(cmd) if cmd is not None and cmd.isdecimal() else 0
         number = int(cmd) if 1 <= size <= self.CHAIN else 0
         digits = [(number // 10 ** (self.CHAIN - 1 - i)) % 10 for i in range(self.CHAIN)]
         if size == 1 and 1 <= number <= self.VARS and self.used < self.INTERVENTIONS:

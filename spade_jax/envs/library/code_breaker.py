@@ -64,7 +64,7 @@ class CodeBreakerEnv:
 
     def _digits(self, cmd):
         # Returns the guessed digits, or all zeros when cmd is not a valid guess.
-        if cmd is None or not cmd.isdigit() or len(cmd) != self.LENGTH:
+        if cmd is None or not cmd.isdecimal() or len(cmd) != self.LENGTH:
             return [0] * self.LENGTH
         number = int(cmd)
         digits = [(number // 10 ** (self.LENGTH - 1 - i)) % 10 for i in range(self.LENGTH)]

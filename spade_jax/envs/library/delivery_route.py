@@ -36,7 +36,7 @@ class DeliveryRouteEnv:
             return self._observe("The episode is over; call reset()."), 0.0, True, False, {}
         self.turn += 1
         cmd = self._parse(action)
-        town = int(cmd) if cmd is not None and cmd.isdigit() and len(cmd) <= 2 else -1
+        town = int(cmd) if cmd is not None and cmd.isdecimal() and len(cmd) <= 2 else -1
         all_seen = all(self.visited)
         if (1 <= town <= self.TOWNS and not self.visited[town]) or (town == 0 and all_seen):
             self.length += self.dist[self.at][town]
@@ -95,7 +95,7 @@ class DeliveryRouteEnv:
         left = " ".join(str(t) for t in range(1, self.TOWNS + 1) if not self.visited[t])
         return (
             f"{message}\nDistances in km to towns 0..{self.TOWNS}:\n{table}\nYou are at town {self.at}. Driven: {self.length} km. "
-            f"Towns left: {left if left else 'none, return to 0'}. Turn {self.turn}/{self.MAX_TURNS}.\n"
+            f"Towns left: {'none, return to 0' if all(self.visited) else left}. Turn {self.turn}/{self.MAX_TURNS}.\n"
             "Actions: \\boxed{k} drives to town k."
         )
 

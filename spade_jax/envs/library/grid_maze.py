@@ -8,6 +8,7 @@ class GridMazeEnv:
     MAX_TURNS = 24  # hard cap on steps, invalid ones included (then truncated)
     MAX_MOVES = 18  # moves (bumps included) before the walker is exhausted (a loss)
     SIZE = 6
+    SYMBOLS = [".", "#", "O", "A", "G"]  # floor, wall, pit, walker, goal
 
     def reset(self, seed=None):
         rng = random.Random(seed)
@@ -91,14 +92,10 @@ class GridMazeEnv:
 
     def _cell(self, r, c):
         if r == self.row and c == self.col:
-            return "A"
+            return self.SYMBOLS[3]
         if r == self.goal_row and c == self.goal_col:
-            return "G"
-        if self.grid[r][c] == 1:
-            return "#"
-        if self.grid[r][c] == 2:
-            return "O"
-        return "."
+            return self.SYMBOLS[4]
+        return self.SYMBOLS[self.grid[r][c]]
 
     def _observe(self, message):
         rows = "\n".join(" ".join(self._cell(r, c) for c in range(self.SIZE)) for r in range(self.SIZE))

@@ -43,7 +43,7 @@ class KnapsackEnv:
             if self.total >= self.best_value:
                 return self._observe(f"Your packing is worth {self.total}, the best possible. You win!"), 1.0, True, False, {}
             return self._observe(f"Your packing is worth {self.total}; {self.best_value} was possible. You lose."), 0.0, True, False, {}
-        if cmd is not None and cmd.isdigit() and len(cmd) <= 2 and 1 <= int(cmd) <= self.ITEMS and not self.packed[int(cmd) - 1]:
+        if cmd is not None and cmd.isdecimal() and len(cmd) <= 2 and 1 <= int(cmd) <= self.ITEMS and not self.packed[int(cmd) - 1]:
             i = int(cmd) - 1
             self.packed[i] = True
             self.load += self.weight[i]

@@ -31,7 +31,7 @@ class KnightsKnavesEnv:
             return self._observe("The episode is over; call reset()."), 0.0, True, False, {}
         self.turn += 1
         cmd = self._parse(action)
-        digits = cmd is not None and cmd.isdigit() and len(cmd) <= self.PEOPLE
+        digits = cmd is not None and cmd.isdecimal() and len(cmd) <= self.PEOPLE
         size = len(cmd) if digits else 0
         number = int(cmd) if digits else 0
         if size == 2 and self._is_question(number // 10, number % 10) and self.asked < self.QUESTIONS:

@@ -38,7 +38,7 @@ class ModularLockEnv:
             return self._observe("The episode is over; call reset()."), 0.0, True, False, {}
         self.turn += 1
         cmd = self._parse(action)
-        if cmd is not None and cmd.isdigit() and len(cmd) <= 2 and 1 <= int(cmd) <= self.BUTTONS:
+        if cmd is not None and cmd.isdecimal() and len(cmd) <= 2 and 1 <= int(cmd) <= self.BUTTONS:
             b = int(cmd) - 1
             self.dials = [(self.dials[d] + self.effects[b][d]) % self.MOD for d in range(self.DIALS)]
             self.used += 1

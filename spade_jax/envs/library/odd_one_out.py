@@ -44,7 +44,7 @@ class OddOneOutEnv:
             return self._observe("The episode is over; call reset()."), 0.0, True, False, {}
         self.turn += 1
         cmd = self._parse(action)
-        if cmd is not None and cmd.isdigit() and len(cmd) <= 2 and 1 <= int(cmd) <= self.CHOICES:
+        if cmd is not None and cmd.isdecimal() and len(cmd) <= 2 and 1 <= int(cmd) <= self.CHOICES:
             odd = self.odd[self.round]
             if int(cmd) - 1 == odd:
                 message = f"Correct: {self.numbers[self.round][odd]} is the odd one out."

@@ -47,7 +47,7 @@ class SequenceRuleEnv:
         self.turn += 1
         cmd = self._parse(action)
         # At most one leading minus sign, and few enough digits to stay a small integer.
-        if cmd is not None and cmd.lstrip("-").isdigit() and len(cmd) - len(cmd.lstrip("-")) <= 1 and len(cmd) <= 12:
+        if cmd is not None and cmd.lstrip("-").isdecimal() and len(cmd) - len(cmd.lstrip("-")) <= 1 and len(cmd) <= 12:
             guess = int(cmd)
             answer = self.terms[self.known]
             self.known += 1

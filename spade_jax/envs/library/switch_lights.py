@@ -33,7 +33,7 @@ class SwitchLightsEnv:
             return self._observe("The episode is over; call reset()."), 0.0, True, False, {}
         self.turn += 1
         cmd = self._parse(action)
-        size = len(cmd) if cmd is not None and cmd.isdigit() else 0
+        size = len(cmd) if cmd is not None and cmd.isdecimal() else 0
         number = int(cmd) if size == self.COUNT else 0
         digits = [(number // 10 ** (self.COUNT - 1 - i)) % 10 for i in range(self.COUNT)]
         is_setting = size == self.COUNT and all(d <= 1 for d in digits)
