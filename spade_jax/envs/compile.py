@@ -15,8 +15,9 @@ __all__ = ["CompiledEnv", "compile_env", "select_backend", "transpile_or_reason"
 BACKENDS = ("auto", "jax", "sandbox")
 
 
-def transpile_or_reason(source: str, class_name: str) -> tuple[Any | None, str | None]:
-    """(TranspiledEnv, None) when the JAX backend takes the program, else (None, reason)."""
+def transpile_or_reason(source: str, class_name: str, pool: SandboxPool | None = None) -> tuple[Any | None, str | None]:
+    """(TranspiledEnv, None) when the JAX backend takes the program and its equivalence check
+    against the program (run in `pool`) passes, else (None, reason)."""
     try:
         from spade_jax.envs import jaxenv
     except Exception as exc:  # not built yet, or broken: the sandbox still works
@@ -35,19 +36,21 @@ def transpile_or_reason(source: str, class_name: str) -> tuple[Any | None, str |
     verify = getattr(jaxenv, "verify_equivalence", None)
     if callable(verify):
         try:
-            verify(transpiled, source, class_name)
+            verify(transpiled, source, class_name, pool=pool)
         except Exception as exc:
             return None, f"JAX translation differs from the program: {exc}"
     return transpiled, None
 
 
-def select_backend(source: str, class_name: str, backend: str = "auto") -> tuple[str, str | None]:
+def select_backend(
+    source: str, class_name: str, backend: str = "auto", pool: SandboxPool | None = None
+) -> tuple[str, str | None]:
     """("jax", None) or ("sandbox", reason the JAX backend was not used / None if not asked)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if backend == "sandbox":
         return "sandbox", None
-    transpiled, reason = transpile_or_reason(source, class_name)
+    transpiled, reason = transpile_or_reason(source, class_name, pool)
     return ("jax", None) if transpiled is not None else ("sandbox", reason)
 
 
@@ -79,7 +82,7 @@ def compile_env(
     class_name = class_name or find_env_class(tree)
     reason = None
     if backend != "sandbox":
-        transpiled, reason = transpile_or_reason(source, class_name)
+        transpiled, reason = transpile_or_reason(source, class_name, pool)
         if transpiled is not None:
             return CompiledEnv(class_name, "jax", None, source, transpiled.text_env, transpiled)
         if backend == "jax":

@@ -313,25 +313,26 @@ def validate(
             )
         )
     facts: dict[str, Any] = {}
+    chosen, reason = None, None
     try:
         try:
             _run_checks(source, config, pool, record, facts)
         except _Failed as exc:
             record(exc.check, False, str(exc))
             errors.append(f"{exc.check}: {exc}")
+        chosen = facts.get("backend")
+        if not errors and backend != "sandbox":
+            # The program is sound; now see whether the JAX backend takes it (its
+            # equivalence check runs the program in this pool).
+            from spade_jax.envs.compile import select_backend
+
+            chosen, reason = select_backend(source, facts["class_name"], backend, pool=pool)
+            if backend == "jax" and chosen != "jax":
+                errors.append(f"backend: the JAX backend cannot run this program: {reason}")
     finally:
         if own_pool:
             pool.close()
     valid = not errors
-    chosen = facts.get("backend")
-    reason = None
-    if valid and backend != "sandbox":
-        from spade_jax.envs.compile import select_backend
-
-        chosen, reason = select_backend(source, facts["class_name"], backend)
-        if backend == "jax" and chosen != "jax":
-            valid = False
-            errors.append(f"backend: the JAX backend cannot run this program: {reason}")
     return Verdict(
         valid=valid,
         backend=chosen if facts.get("backend") else None,
