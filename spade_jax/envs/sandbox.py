@@ -880,11 +880,11 @@ class SandboxEnv:
             self._worker, self.class_name, {"has_solution": self.has_solution}, self._timeout(timeout)
         )
 
-    def close(self) -> None:
+    def close(self, _rpc: bool = True) -> None:
         if self._closed:
             return
         self._closed = True
-        self._pool._release(self._worker, self._instance)
+        self._pool._release(self._worker, self._instance, rpc=_rpc)
 
     def __enter__(self) -> "SandboxEnv":
         return self
@@ -894,7 +894,7 @@ class SandboxEnv:
 
     def __del__(self):
         try:
-            self.close()
+            self.close(_rpc=False)
         except Exception:
             pass
 
@@ -1007,20 +1007,24 @@ class SandboxPool:
                 self._refill()
         return worker
 
-    def _release(self, worker: _Worker, instance: int) -> None:
+    def _release(self, worker: _Worker, instance: int, rpc: bool = True) -> None:
         with self._lock:
             instances = self._busy.get(worker)
             if instances is None:
                 return
             instances.discard(instance)
-            if instances:
-                if worker.alive:
-                    try:
-                        worker.call({"op": "drop", "id": instance}, self.config.call_timeout_s)
-                    except EnvError:
-                        pass
-                return
-            del self._busy[worker]
+            last = not instances
+            if last:
+                del self._busy[worker]
+        if not last:
+            # Other instances live on in this worker; forget this one there too. Skipped from
+            # __del__, which may run while this thread holds the worker's lock.
+            if rpc and worker.alive:
+                try:
+                    worker.call({"op": "drop", "id": instance}, self.config.call_timeout_s)
+                except EnvError:
+                    pass
+            return
         # A worker that ran a program is never reused for another program. Reaping happens
         # later so closing an environment does not wait for the namespace teardown.
         if not worker.kill("closed", wait=False):

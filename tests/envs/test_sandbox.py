@@ -286,3 +286,18 @@ def test_unshare_backend_without_seccomp_still_runs_and_blocks_threads():
             threaded.reset(seed=0)
         threaded.close()
         env.close()
+
+
+def test_forgotten_env_is_killed_when_collected(pool):
+    import gc
+
+    from sandbox_helpers import wait_until_gone
+
+    env = pool.load(PROGRAM, "CounterEnv")
+    env.reset(seed=0)
+    uid, proc = env._worker.uid, env._worker.proc
+    del env
+    gc.collect()
+    proc.wait(timeout=10)
+    if os.geteuid() == 0:
+        assert wait_until_gone(uid) == []
