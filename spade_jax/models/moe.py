@@ -27,18 +27,18 @@ def route(x_ne: jax.Array, router_ex: jax.Array, top_k: int, norm_topk_prob: boo
 
 
 def load_balancing_loss(logits_nx: jax.Array, top_k: int, valid_n: jax.Array | None = None):
-  """Switch-style auxiliary loss (HF `load_balancing_loss_func`): num_experts * sum(f_x * p_x)."""
+  """Switch-style auxiliary loss, as HF's `load_balancing_loss_func` for one layer:
+  num_experts * sum_x (top-k assignments to x per token) * (mean router probability of x).
+  """
   num_experts = logits_nx.shape[-1]
   probs_nx = jax.nn.softmax(logits_nx.astype(jnp.float32), axis=-1)
   _, experts_nk = jax.lax.top_k(probs_nx, top_k)
   chosen_nx = jnp.sum(jax.nn.one_hot(experts_nk, num_experts, dtype=jnp.float32), axis=1)
-  if valid_n is None:
-    valid_n = jnp.ones(logits_nx.shape[:1], bool)
-  w_n = valid_n.astype(jnp.float32)[:, None]
-  denom = jnp.maximum(jnp.sum(w_n), 1.0)
-  tokens_per_expert = jnp.sum(chosen_nx * w_n, axis=0) / denom / top_k
-  prob_per_expert = jnp.sum(probs_nx * w_n, axis=0) / denom
-  return num_experts * jnp.sum(tokens_per_expert * prob_per_expert) * top_k
+  w_n1 = jnp.ones(logits_nx.shape[:1] + (1,)) if valid_n is None else valid_n.astype(jnp.float32)[:, None]
+  rows = jnp.maximum(jnp.sum(w_n1), 1.0)
+  tokens_per_expert = jnp.sum(chosen_nx * w_n1, axis=0) / rows
+  prob_per_expert = jnp.sum(probs_nx * w_n1, axis=0) / rows
+  return num_experts * jnp.sum(tokens_per_expert * prob_per_expert)
 
 
 class MoE(nnx.Module):

@@ -12,13 +12,20 @@ from hf_tiny import hf_logits, hf_model, left_padded_batch, save_hf  # noqa: E40
 
 from spade_jax.models.decoder import Decoder, KVCache, rope_attention_factor, rope_inv_freq  # noqa: E402
 from spade_jax.models.hf import load_hf, spec_from_hf_config  # noqa: E402
+from spade_jax.models.presets import init_decoder  # noqa: E402
 
 TOL = 1e-4
 
 
+@nnx.jit
+def _forward(model, tokens, positions, valid):
+  return model(tokens, positions, valid)[0]
+
+
 def _ours(model, tokens, positions, valid=None):
-  logits, _ = model(jnp.asarray(tokens), jnp.asarray(positions), None if valid is None else jnp.asarray(valid))
-  return np.asarray(logits)
+  if valid is None:
+    valid = np.ones(tokens.shape, bool)
+  return np.asarray(_forward(model, jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(valid)))
 
 
 @pytest.fixture(scope="module")
@@ -153,10 +160,10 @@ def test_random_init_models_run_without_a_checkpoint():
            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8)
   )
   for scan in (False, True):
-    model = Decoder(spec, rngs=nnx.Rngs(0), scan_layers=scan)
-    logits, _ = model(jnp.zeros((1, 3), jnp.int32), jnp.arange(3)[None])
+    model = init_decoder(spec, seed=0, scan_layers=scan)
+    logits = _forward(model, jnp.zeros((1, 3), jnp.int32), jnp.arange(3)[None], jnp.ones((1, 3), bool))
     assert logits.shape == (1, 3, 64) and bool(jnp.isfinite(logits).all())
-  stacked = Decoder(spec, rngs=nnx.Rngs(0), scan_layers=True)
+  stacked = nnx.eval_shape(lambda: Decoder(spec, rngs=nnx.Rngs(0), scan_layers=True))
   assert stacked.layers.mlp.gate.shape == (2, 4, 16, 8)
   assert stacked.layers.mlp.gate.get_metadata()["logical_axes"] == ("layers", "expert", "embed", "moe_mlp")
 
@@ -168,7 +175,7 @@ def test_scan_layers_refuses_mixed_layers():
            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8, mlp_only_layers=[1])
   )
   with pytest.raises(ValueError, match="scan_layers"):
-    Decoder(spec, rngs=nnx.Rngs(0), scan_layers=True)
+    nnx.eval_shape(lambda: Decoder(spec, rngs=nnx.Rngs(0), scan_layers=True))
 
 
 def test_gradients_flow_through_every_parameter(checkpoints):
@@ -180,6 +187,6 @@ def test_gradients_flow_through_every_parameter(checkpoints):
     logits, _ = model(jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(valid))
     return jnp.mean(jax.nn.logsumexp(logits, axis=-1))
 
-  grads = nnx.grad(loss)(model)
+  grads = nnx.jit(nnx.grad(loss))(model)
   norms = [float(jnp.abs(g).max()) for g in jax.tree.leaves(grads)]
   assert all(np.isfinite(norms)) and min(norms) > 0
