@@ -583,7 +583,7 @@ class _Worker:
 
     # ---- messaging ------------------------------------------------------------------------
     def send(self, message: dict, deadline: float) -> None:
-        payload = json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        payload = json.dumps(message).encode("ascii")  # \u escapes carry lone surrogates safely
         data = memoryview(_HEADER.pack(len(payload)) + payload)
         while data:
             remaining = deadline - time.monotonic()

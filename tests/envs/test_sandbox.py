@@ -301,3 +301,17 @@ def test_forgotten_env_is_killed_when_collected(pool):
     proc.wait(timeout=10)
     if os.geteuid() == 0:
         assert wait_until_gone(uid) == []
+
+
+def test_unicode_and_lone_surrogates_survive_the_pipe(pool):
+    env = pool.load(
+        "class EchoEnv:\n    def reset(self, seed=None):\n        return 'é ✓ 日本', {}\n"
+        "    def step(self, a):\n        return a, 0.0, True, False, {'n': len(a)}\n",
+        "EchoEnv",
+    )
+    try:
+        assert env.reset(seed=0) == ("é ✓ 日本", {})
+        obs, _, _, _, info = env.step("x \ud800 ✓")
+        assert obs == "x ? ✓" and info == {"n": 5}
+    finally:
+        env.close()
