@@ -104,7 +104,7 @@ def check_equivalence(
     program's solution() texts on some episodes, random vocabulary entries (unrecognised
     included) on the others. The program runs in `sandbox_pool` when given, else in this
     process (trusted code only)."""
-    env = env if env is not None else transpile(source, class_name)
+    env = env if env is not None else transpile(source, class_name, fast_compile=True)
     class_name = env.name
     if sandbox_pool is None and in_process is False:
         from spade_jax.envs.sandbox import default_pool

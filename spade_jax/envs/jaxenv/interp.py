@@ -1107,6 +1107,10 @@ class Interp:
         pyop = _BINOPS.get(type(op))
         if pyop is None:
             raise unsupported(node, f"operator {type(op).__name__}")
+        if isinstance(op, (ast.Add, ast.Mult)) and isinstance(a, (list, tuple)) and isinstance(b, (list, tuple, int)):
+            pass  # list concatenation/repetition keeps action values as items
+        elif _has_av(a) or _has_av(b):
+            a, b = (self._lower_deep(a), self._lower_deep(b)) if (self._has_dyn(a) or self._has_dyn(b)) else (a, b)
         if isinstance(a, ActionVal) or isinstance(b, ActionVal):
             if self._has_dyn(a) or self._has_dyn(b):
                 a = self.lower(a) if isinstance(a, ActionVal) else a
@@ -1248,6 +1252,15 @@ class Interp:
     def _as_dyn(self, v):
         return self.lower(v) if isinstance(v, ActionVal) else v
 
+    def _lower_deep(self, v):
+        if isinstance(v, ActionVal):
+            return self.lower(v)
+        if isinstance(v, list) and _has_av(v):
+            return [self._lower_deep(x) for x in v]
+        if isinstance(v, tuple) and _has_av(v):
+            return tuple(self._lower_deep(x) for x in v)
+        return v
+
     def compare(self, op, a, b, node):
         if isinstance(op, (ast.Is, ast.IsNot)):
             if isinstance(a, ActionVal) or isinstance(b, ActionVal):
@@ -1266,12 +1279,12 @@ class Interp:
             if isinstance(r, ActionVal):
                 return self.actionval(lambda s: not r.eval(s))
             return not_(r)
-        if isinstance(a, ActionVal) or isinstance(b, ActionVal):
+        if _has_av(a) or _has_av(b):
             if self._has_dyn(a) or self._has_dyn(b):
-                a, b = self._as_dyn(a), self._as_dyn(b)
+                a, b = self._lower_deep(a), self._lower_deep(b)
             else:
                 fn = _CMPOPS[type(op)]
-                return self.actionval(lambda s: fn(_ev(a, s), _ev(b, s)))
+                return self.actionval(lambda s: fn(_ev_deep(a, s), _ev_deep(b, s)))
         if isinstance(op, (ast.Eq, ast.NotEq)):
             r = self.compare_eq(a, b, node)
             return r if isinstance(op, ast.Eq) else not_(r)
@@ -1294,8 +1307,8 @@ class Interp:
         raise unsupported(node, f"comparison of {_kind_name(a)} and {_kind_name(b)}")
 
     def compare_eq(self, a, b, node):
-        if isinstance(a, ActionVal) or isinstance(b, ActionVal):
-            a, b = self._as_dyn(a), self._as_dyn(b)
+        if _has_av(a) or _has_av(b):
+            a, b = self._lower_deep(a), self._lower_deep(b)
         if not self._has_dyn(a) and not self._has_dyn(b):
             return a == b
         if a is None or b is None:
@@ -1322,11 +1335,11 @@ class Interp:
         return False
 
     def contains(self, container, item, node):
-        if isinstance(container, ActionVal) or isinstance(item, ActionVal):
+        if _has_av(container) or _has_av(item):
             if self._has_dyn(container) or self._has_dyn(item):
-                container, item = self._as_dyn(container), self._as_dyn(item)
+                container, item = self._lower_deep(container), self._lower_deep(item)
             else:
-                return self.actionval(lambda s: _ev(item, s) in _ev(container, s))
+                return self.actionval(lambda s: _ev_deep(item, s) in _ev_deep(container, s))
         if not self._has_dyn(container) and not self._has_dyn(item):
             return item in container
         if isinstance(container, StrId):
@@ -1847,10 +1860,10 @@ class Interp:
             return RngObj()
         if name == "print":
             return None
-        if any(isinstance(a, ActionVal) for a in args) and not any(self._has_dyn(a) for a in args) and name in _HOST_BUILTINS:
+        if any(_has_av(a) for a in args) and not any(self._has_dyn(a) for a in args) and name in _HOST_BUILTINS:
             fn = _HOST_BUILTINS[name]
-            return self.actionval(lambda t: fn(*[_ev(a, t) for a in args], **kwargs))
-        args = [self._as_dyn(a) if isinstance(a, ActionVal) else a for a in args]
+            return self.actionval(lambda t: fn(*[_ev_deep(a, t) for a in args], **kwargs))
+        args = [self._lower_deep(a) for a in args]
         if not self._has_dyn(args) and name in _HOST_BUILTINS and name not in ("min", "max", "sorted", "sum") or (
             name in ("min", "max", "sorted", "sum") and not self._has_dyn(args) and "key" not in kwargs
         ):
@@ -2094,6 +2107,24 @@ def _always_exits(stmts) -> bool:
     if isinstance(last, ast.If):
         return _always_exits(last.body) and _always_exits(last.orelse)
     return False
+
+
+def _has_av(v) -> bool:
+    if isinstance(v, ActionVal):
+        return True
+    if isinstance(v, (list, tuple)):
+        return any(_has_av(x) for x in v)
+    return False
+
+
+def _ev_deep(v, text):
+    if isinstance(v, ActionVal):
+        return _ev(v, text)
+    if isinstance(v, list):
+        return [_ev_deep(x, text) for x in v]
+    if isinstance(v, tuple):
+        return tuple(_ev_deep(x, text) for x in v)
+    return v
 
 
 def _ev(v, text):
