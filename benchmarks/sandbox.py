@@ -43,6 +43,10 @@ class _InProcessEnv:
     def solution(self, *, timeout=None):
         return self.env.solution()
 
+    def declared_turns(self, *, timeout=None):
+        value = getattr(self.env, "max_turns", getattr(self.env, "MAX_TURNS", None))
+        return value if isinstance(value, int) else None
+
     def clone(self, *, timeout=None):
         return _InProcessEnv(self._cls)
 
@@ -54,6 +58,7 @@ class _InProcessPool:
     """Stands in for SandboxPool so validate() runs the very same checks in-process."""
 
     isolation = {"backend": "in-process", "layers": {}, "details": {}}
+    config = SandboxConfig(workers=0)
 
     def load(self, source, class_name, *, timeout=None):
         namespace = {"__name__": "env_program"}

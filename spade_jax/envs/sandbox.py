@@ -107,8 +107,9 @@ class SandboxConfig:
     call_timeout_s: float = 30.0
     # Wall-clock limit for loading a program (executing its module body and constructor).
     load_timeout_s: float = 30.0
-    # Wall-clock limit for a fresh worker to start and report ready.
-    start_timeout_s: float = 20.0
+    # Wall-clock limit for a fresh worker to start and report ready (generous: a loaded host
+    # can take seconds to start Python and import numpy).
+    start_timeout_s: float = 60.0
     # Address-space limit of a worker, MiB (RLIMIT_AS; allocations beyond raise MemoryError).
     memory_mb: int = 1024
     # CPU seconds a worker may use over its whole life (RLIMIT_CPU; SIGKILL after).
@@ -995,7 +996,17 @@ class SandboxPool:
                 worker = _Worker(self)
             self._busy[worker] = set()
         try:
-            worker.wait_ready()
+            try:
+                worker.wait_ready()
+            except SandboxError as exc:
+                # One retry with a fresh process: a start can fail on a transiently
+                # overloaded host; a second failure is a real problem.
+                log.warning("sandbox: %s; starting another worker", exc)
+                with self._lock:
+                    self._busy.pop(worker, None)
+                    worker = _Worker(self)
+                    self._busy[worker] = set()
+                worker.wait_ready()
         except SandboxError:
             with self._lock:
                 self._busy.pop(worker, None)
