@@ -110,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--run", help="run directory of experiments.run (latest checkpoint)")
     parser.add_argument("--suite", default="heldout", choices=sorted(evaluation.SUITES))
     parser.add_argument("--episodes", type=int, help="episodes per task (default: the suite's)")
+    parser.add_argument("--tasks", help="comma-separated subset of the suite's env ids")
     parser.add_argument("--seed", type=int, default=0, help="shifts every episode seed (0 = canonical)")
     parser.add_argument("--out", help="JSON report path (default for --run: RUN/eval_<suite>.json)")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="tokens per agent reply")
@@ -133,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.seed < 0:
             raise UsageError(f"--seed must be >= 0, got {args.seed}")
         suite = evaluation.get_suite(args.suite, args.episodes)
+        if args.tasks:
+            suite = suite.only([t.strip() for t in args.tasks.split(",") if t.strip()])
         policy, source = _load_policy(args)
     except (UsageError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -105,6 +105,14 @@ class EvalSuite:
         if len(set(ids)) != len(ids):
             raise ValueError(f"suite {self.name!r} lists an env id twice: {ids}")
 
+    def only(self, env_ids: Sequence[str]) -> EvalSuite:
+        """The tasks named in `env_ids`, in suite order."""
+        known = [t.env_id for t in self.tasks]
+        unknown = [e for e in env_ids if e not in known]
+        if unknown:
+            raise ValueError(f"suite {self.name!r} has no task {unknown[0]!r}; tasks: {', '.join(known)}")
+        return EvalSuite(self.name, tuple(t for t in self.tasks if t.env_id in env_ids))
+
     def with_episodes(self, episodes: int) -> EvalSuite:
         """The same tasks with `episodes` default seeds each (explicit seeds are dropped)."""
         return EvalSuite(

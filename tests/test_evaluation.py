@@ -304,6 +304,8 @@ def test_eval_cli_usage_errors(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: unknown model") and err.count("\n") == 1
     assert eval_cli.main(["--model", "tiny", "--episodes", "0"]) == 2
+    assert eval_cli.main(["--model", "tiny", "--tasks", "rg:nope"]) == 2
+    assert "has no task 'rg:nope'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         eval_cli.main(["--model", "tiny", "--run", str(tmp_path)])
 
@@ -315,13 +317,14 @@ def test_eval_cli_end_to_end_tiny_model(tmp_path, capsys):
     from experiments import eval as eval_cli
 
     out = tmp_path / "report.json"
-    code = eval_cli.main(["--model", "tiny", "--suite", "quick", "--episodes", "1",
-                          "--max-new-tokens", "4", "--no-progress", "--out", str(out)])
+    code = eval_cli.main(["--model", "tiny", "--suite", "quick", "--episodes", "2",
+                          "--tasks", "rg:maze,rg:countdown", "--max-new-tokens", "4",
+                          "--no-progress", "--out", str(out)])
     assert code == 0
     report = json.loads(out.read_text())
     assert report["source"] == {"model": "tiny"}
-    assert len(report["tasks"]) == len(ev.get_suite("quick").tasks)
-    assert all(t["episodes"] == 1 for t in report["tasks"])
+    assert [t["env_id"] for t in report["tasks"]] == ["rg:maze", "rg:countdown"]
+    assert all(t["episodes"] == 2 for t in report["tasks"]) and len(report["episodes"]) == 4
     assert "macro average" in capsys.readouterr().out
 
 
