@@ -23,8 +23,8 @@ class UsageError(Exception):
     """A mistake the user can fix; printed as one line, exit status 2."""
 
 
-def _model_ref(run_dir: Path) -> str:
-    """The model a run trained, from its config.yaml (`model: NAME` or `model: {name|path: ...}`)."""
+def _run_config(run_dir: Path) -> dict:
+    """The resolved config a run wrote (config.yaml), as plain data."""
     import yaml
 
     config_path = run_dir / "config.yaml"
@@ -34,51 +34,84 @@ def _model_ref(run_dir: Path) -> str:
             "python -m experiments.run"
         )
     config = yaml.safe_load(config_path.read_text()) or {}
+    if not isinstance(config, dict):
+        raise UsageError(f"{config_path} is not a mapping; is it a run's config.yaml?")
+    return config
+
+
+def _model_ref(config: dict) -> str:
+    """`model: NAME` or `model: {name: NAME}` of a run config."""
     model = config.get("model")
     if isinstance(model, dict):
-        model = model.get("name") or model.get("path") or model.get("ref")
+        model = model.get("name") or model.get("path")
     if not isinstance(model, str) or not model:
-        raise UsageError(f"{config_path} names no model (expected model: NAME or model.name)")
+        raise UsageError("the run's config.yaml names no model (expected model.name)")
     return model
 
 
-def _restore_run_params(run_dir: Path, model: Any) -> int:
-    """Loads the latest checkpoint's parameters into `model`; returns its step."""
+def load_run(run_dir: str | Path) -> tuple[Any, dict]:
+    """The run's model with the parameters of its latest checkpoint, and where they came from.
+
+    The checkpoint holds the learner's TrainState; its restore target is built from the run's
+    own rl section (the optimizer's structure depends on it), then its params are written into
+    the model the sampler reads."""
+    import jax.numpy as jnp
+
+    from spade_jax.checkpoint import CheckpointError, Checkpointer
+    from spade_jax.config import ConfigError, from_dict
+    from spade_jax.models.registry import load_model
+    from spade_jax.rl.config import RLConfig
+    from spade_jax.rl.train import make_train_step
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UsageError(f"run directory {run_dir} does not exist")
+    config = _run_config(run_dir)
+    ref = _model_ref(config)
+    model_cfg = config.get("model") if isinstance(config.get("model"), dict) else {}
+    dtypes = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
     try:
-        from spade_jax import checkpoint
-    except ImportError:
-        raise UsageError(
-            "this checkout has no spade_jax.checkpoint, so run checkpoints cannot be read; "
-            "evaluate the base model with --model NAME"
-        ) from None
-    restore = getattr(checkpoint, "restore_params", None)
-    if restore is None:
-        raise UsageError("spade_jax.checkpoint has no restore_params(run_dir, model); update eval.py")
-    if not (run_dir / "checkpoints").is_dir():
+        loaded = load_model(ref, dtype=dtypes.get(model_cfg.get("dtype"), jnp.float32),
+                            param_dtype=dtypes.get(model_cfg.get("param_dtype"), jnp.float32))
+    except (ValueError, FileNotFoundError) as err:
+        raise UsageError(str(err)) from None
+    checkpoints = run_dir / "checkpoints"
+    if not checkpoints.is_dir():
         raise UsageError(f"{run_dir} has no checkpoints/ yet; wait for the first checkpoint")
-    return int(restore(run_dir, model))
+    try:
+        rl_cfg = from_dict(RLConfig, config.get("rl") or {}, prefix="rl.")
+    except ConfigError as err:
+        raise UsageError(f"the run's config.yaml: {err}") from None
+    train_step = make_train_step(loaded.model, rl_cfg, verbose=False)
+    checkpointer = Checkpointer(checkpoints, keep=None, async_save=False)
+    try:
+        step = checkpointer.latest_step()
+        if step is None:
+            raise UsageError(f"{checkpoints} holds no finished checkpoint yet")
+        state, trainer = checkpointer.restore(train_step.abstract_state(loaded.model), step)
+    except CheckpointError as err:
+        raise UsageError(str(err)) from None
+    finally:
+        checkpointer.close()
+    train_step.write_params(loaded.model, state)
+    source = {"run": str(run_dir), "model": ref, "checkpoint_step": int(step)}
+    if isinstance(trainer.get("iteration"), int):
+        source["iteration"] = trainer["iteration"]
+    return loaded, source
 
 
 def _load_policy(args: argparse.Namespace) -> tuple[Any, dict]:
     from spade_jax.models.registry import load_model
     from spade_jax.sampling import SamplingConfig
 
-    source: dict[str, Any] = {}
     if args.run:
-        run_dir = Path(args.run)
-        if not run_dir.is_dir():
-            raise UsageError(f"run directory {run_dir} does not exist")
-        ref = _model_ref(run_dir)
-        source.update(run=str(run_dir), model=ref)
+        loaded, source = load_run(args.run)
     else:
-        ref = args.model
-        source.update(model=ref)
-    try:
-        loaded = load_model(ref)
-    except (ValueError, FileNotFoundError) as err:
-        raise UsageError(str(err)) from None
-    if args.run:
-        source["checkpoint_step"] = _restore_run_params(Path(args.run), loaded.model)
+        try:
+            loaded = load_model(args.model)
+        except (ValueError, FileNotFoundError) as err:
+            raise UsageError(str(err)) from None
+        source = {"model": args.model}
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
     policy = evaluation.model_policy(loaded.model, loaded.tokenizer, sampling, seed=args.seed)
     return policy, source

@@ -357,3 +357,38 @@ def test_model_policy_skips_conversations_past_the_context(monkeypatch):
     assert policy([long, short, long]) == ["", "\\boxed{20}", ""]
     assert calls == [[[ord("x")] * 20]]
     assert policy([long]) == [""] and len(calls) == 1
+
+
+def test_load_run_restores_latest_checkpoint_params(tmp_path):
+    import jax
+    import yaml
+    from flax import nnx
+
+    from experiments import eval as eval_cli
+    from spade_jax.checkpoint import Checkpointer
+    from spade_jax.models.registry import load_model
+    from spade_jax.rl.config import RLConfig
+    from spade_jax.rl.train import make_train_step
+
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(
+        {"model": {"name": "tiny"}, "rl": {"grad_clip": None, "lr": 1e-5}}))
+    model = load_model("tiny").model
+    step_fn = make_train_step(model, RLConfig(grad_clip=None, lr=1e-5), verbose=False)
+    state = step_fn.init(model)
+    # Stand-in for training: params the fresh random init does not have.
+    trained = state.replace(params=jax.tree.map(lambda x: x * 0.5 + 0.25, state.params))
+    with Checkpointer(tmp_path / "checkpoints", async_save=False) as ckpt:
+        ckpt.save(1, state, {"iteration": 1}, force=True)
+        ckpt.save(2, trained, {"iteration": 2}, force=True)
+
+    loaded, source = eval_cli.load_run(tmp_path)
+    assert source == {"run": str(tmp_path), "model": "tiny", "checkpoint_step": 2, "iteration": 2}
+    got = nnx.to_pure_dict(nnx.state(loaded.model, nnx.Param))
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(trained.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=0)
+
+    empty = tmp_path / "fresh"
+    empty.mkdir()
+    (empty / "config.yaml").write_text(yaml.safe_dump({"model": {"name": "tiny"}}))
+    with pytest.raises(eval_cli.UsageError, match="no checkpoints/ yet"):
+        eval_cli.load_run(empty)
