@@ -392,3 +392,16 @@ def test_load_run_restores_latest_checkpoint_params(tmp_path):
     (empty / "config.yaml").write_text(yaml.safe_dump({"model": {"name": "tiny"}}))
     with pytest.raises(eval_cli.UsageError, match="no checkpoints/ yet"):
         eval_cli.load_run(empty)
+
+
+def test_run_archive_duplicates(tmp_path):
+    from experiments import eval as eval_cli
+    from spade_jax.logging import EnvArchive
+
+    archive = EnvArchive(tmp_path)
+    hanoi = archive.add(HANOI_REWRITE, {"iteration": 0, "valid": True})
+    archive.add((Path(ev.__file__).parent / "envs" / "library" / "grid_maze.py").read_text(),
+                {"iteration": 0, "valid": True})
+    flags = eval_cli._run_duplicates(tmp_path, ev.get_suite("quick"))
+    assert [(f["env_id"], f["eval_env"]) for f in flags] == [(hanoi, "game:TowerofHanoi-v0-easy")]
+    assert eval_cli._run_duplicates(tmp_path / "none", ev.get_suite("quick")) == []
