@@ -209,7 +209,13 @@ class TranspiledEnv(environment.Environment):
                 continue
             if name not in self.program.mutable and name not in self.specs and not self._dynamic(value):
                 continue
-            self.specs[name] = join_specs(self.specs.get(name), self._infer(value, name), f"attribute self.{name}")
+            new = self._infer(value, name)
+            old = self.specs.get(name)
+            if old is not None and old.elem is not None and new.elem is not None and old.length != new.length:
+                raise UnsupportedProgram(
+                    f"attribute self.{name} changes length ({old.length} -> {new.length} items; lists in state "
+                    "must keep a fixed length, e.g. preallocate [0] * MAX and keep a count)")
+            self.specs[name] = join_specs(old, new, f"attribute self.{name}")
 
     def _dynamic(self, v):
         return (

@@ -813,8 +813,9 @@ class Interp:
                 raise unsupported(node, "format spec applied to composed text")
             return v
         if isinstance(v, ActionVal):
-            v = self.lower(self.actionval(lambda t: format(v.eval(t) if v.eval(t) is not _FAIL else "", spec)))
-            return TVal(STR, v.id)
+            av = v
+            sid = self.lower(self.actionval(lambda t: format(av.eval(t) if av.eval(t) is not _FAIL else "", spec)))
+            return TVal(STR, sid.id)
         if isinstance(v, StrId):
             return TVal(STR, v.id, spec)
         if is_dyn(v):
@@ -1596,6 +1597,8 @@ class Interp:
             return self.draw(name, args, kwargs, node)
         if name.startswith("_"):
             raise unsupported(node, f"method {name}")
+        if isinstance(base, list) and name in ("append", "extend", "insert", "pop", "remove", "sort", "reverse", "count", "index", "copy"):
+            return self.list_method(base, name, [self._lower_deep(a) for a in args], kwargs, node, frame)
         if isinstance(base, ActionVal) or any(isinstance(a, ActionVal) for a in args):
             if self._has_dyn(base) or any(self._has_dyn(a) for a in args):
                 if name == "join" and isinstance(base, str):
