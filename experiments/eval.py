@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 from spade_jax import evaluation
 
-log = logging.getLogger("spade_jax.eval")
 
 
 class UsageError(Exception):
