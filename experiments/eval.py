@@ -16,7 +16,6 @@ from typing import Any
 from spade_jax import evaluation
 
 
-
 class UsageError(Exception):
     """A mistake the user can fix; printed as one line, exit status 2."""
 
