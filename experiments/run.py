@@ -54,14 +54,14 @@ def run(config, out: Path, *, resume: bool = False) -> Path:
   try:
     policy = Policy(loaded.model, loaded.tokenizer, mesh=mesh)
     learner = Learner(loaded.model, config.rl, mesh=mesh, sandbox=sandbox)
-    checkpoints = Checkpointer(out / "checkpoints", keep=config.keep_checkpoints)
+    checkpoints = Checkpointer(out / "checkpoints", keep=config.keep_checkpoints, save_every=config.checkpoint_every)
     start = 0
     trainer_state = None
     if resume:
       step = checkpoints.latest_step()
       if step is None:
         raise FileNotFoundError(f"--resume: no checkpoint in {out / 'checkpoints'}; run without --resume")
-      learner.state, trainer_state = checkpoints.restore(step, learner.train_step.abstract_state(loaded.model))
+      learner.state, trainer_state = checkpoints.restore(learner.train_step.abstract_state(loaded.model), step)
       learner.train_step.write_params(loaded.model, learner.state)
       start = trainer_state["iteration"]
     logger = RunLogger(
@@ -77,9 +77,8 @@ def run(config, out: Path, *, resume: bool = False) -> Path:
         metrics = selfplay.step()
         logger.log(iteration, metrics)
         done = selfplay.iteration
-        if done % config.checkpoint_every == 0 or done == config.iterations:
-          checkpoints.save(done, learner.state, selfplay.state_dict())
-      checkpoints.wait()
+        checkpoints.save(done, learner.state, selfplay.state_dict(), force=done == config.iterations)
+      checkpoints.close()
   finally:
     sandbox.close()
   return out
@@ -87,6 +86,7 @@ def run(config, out: Path, *, resume: bool = False) -> Path:
 
 def main(argv=None) -> int:
   args = parse_args(sys.argv[1:] if argv is None else argv)
+  from spade_jax.checkpoint import CheckpointError  # noqa: PLC0415
   from spade_jax.config import ConfigError, load_config  # noqa: PLC0415
 
   try:
@@ -107,7 +107,8 @@ def main(argv=None) -> int:
     return 2
   try:
     run(config, out, resume=args.resume)
-  except (FileNotFoundError, ValueError) as err:
+  except (FileNotFoundError, ValueError, CheckpointError) as err:
+    log.debug("run failed", exc_info=True)
     print(f"error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
     return 2
   except KeyboardInterrupt:
