@@ -646,6 +646,7 @@ def export_hf(
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
     )
   hf_config_from_spec(spec, hf_config_extra, dtype=store).save_pretrained(out)
+  _add_legacy_config_keys(out / "config.json", spec, store)
   if tokenizer is not None:
     if hasattr(tokenizer, "save_pretrained"):
       tokenizer.save_pretrained(out)
@@ -658,6 +659,20 @@ def export_hf(
     gen = {"bos_token_id": spec.bos_token_id, "eos_token_id": list(spec.eos_token_ids)}
     (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
   return out
+
+
+def _add_legacy_config_keys(config_file: Path, spec: ModelSpec, store: np.dtype):
+  """Adds the pre-transformers-5 spellings (num_experts, rope_theta, rope_scaling, torch_dtype),
+  which serving stacks pinned to transformers 4 (vLLM, SGLang) read; transformers 5 accepts both.
+  """
+  config = json.loads(config_file.read_text())
+  config.setdefault("rope_theta", spec.rope_theta)
+  scaling = spec.rope_scaling_dict
+  config.setdefault("rope_scaling", scaling)
+  config.setdefault("torch_dtype", "bfloat16" if store == ml_dtypes.bfloat16 else store.name)
+  if spec.is_moe:
+    config.setdefault("num_experts", spec.num_experts)
+  config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def _hf_shape(name: str, spec: ModelSpec) -> tuple[int, ...]:
