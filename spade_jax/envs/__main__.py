@@ -12,12 +12,15 @@ from spade_jax.envs.program import ProgramError, extract_code, find_env_class
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
-def _read_program(path: str) -> str:
+def _read_program(path: str, as_json: bool = False) -> str:
     try:
         with open(path, encoding="utf-8-sig", errors="replace") as f:
             text = f.read()
     except OSError as exc:
-        raise SystemExit(_usage_error(f"cannot read {path}: {exc.strerror or exc}"))
+        message = f"cannot read {path}: {exc.strerror or exc}"
+        if as_json:
+            print(json.dumps({"valid": False, "backend": None, "errors": [f"usage: {message}"], "checks": {}}))
+        raise SystemExit(_usage_error(message))
     if "```" in text:
         try:
             return extract_code(text)
@@ -47,7 +50,7 @@ def cmd_check(args) -> int:
     from spade_jax.envs.sandbox import SandboxError, SandboxPool, SandboxUnavailable
     from spade_jax.envs.validate import ValidationConfig, validate
 
-    source = _read_program(args.file)
+    source = _read_program(args.file, as_json=args.json)
     try:
         config = ValidationConfig(budget_s=args.timeout, step_timeout_s=args.step_timeout, memory_mb=args.memory_mb)
         pool = SandboxPool(_sandbox_config(args))

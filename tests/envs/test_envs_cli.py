@@ -64,6 +64,13 @@ def test_usage_errors_exit_2(args):
     assert result.returncode == 2
 
 
+def test_missing_file_with_json_still_ends_in_json():
+    result = run_cli("check", "/no/such/file.py", "--json")
+    assert result.returncode == 2
+    verdict = last_json(result.stdout)
+    assert verdict["valid"] is False and "cannot read" in verdict["errors"][0]
+
+
 def test_play_session():
     path = Path(__file__).parent / "corpus" / "good" / "guess_number.py"
     result = run_cli("play", str(path), "--seed", "0", stdin="25\n:solution\n:quit\n")
