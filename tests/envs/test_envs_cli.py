@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))  # sandbox_helpers sits next to this file
 from sandbox_helpers import corpus_files
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))  # sandbox_helpers sits next to this file
 from sandbox_helpers import corpus_files, processes_with_uid_in, wait_until_gone
 from spade_jax.envs.sandbox import EnvError, SandboxConfig, SandboxPool
 from spade_jax.envs.validate import ValidationConfig, validate

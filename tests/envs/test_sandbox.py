@@ -9,6 +9,10 @@ import time
 import numpy as np
 import pytest
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))  # sandbox_helpers sits next to this file
 from sandbox_helpers import processes_with_uid_in
 from spade_jax.envs.sandbox import (
     EnvCrashed,

@@ -6,6 +6,10 @@ import time
 
 import pytest
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))  # sandbox_helpers sits next to this file
 from sandbox_helpers import corpus_files, expectation
 from spade_jax.envs.program import extract_code
 from spade_jax.envs.sandbox import SandboxConfig, SandboxPool
