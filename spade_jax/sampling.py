@@ -275,6 +275,11 @@ def _decode(graphdef, params, cache, logits_bv, last_pos_b, live_b, key, max_new
   return tokens, lp, slp, count, reason, cache
 
 
+# Process-wide: every Sampler over models of the same structure shares the compiled programs.
+_PREFILL = jax.jit(_prefill, static_argnums=0, static_argnames=("slots", "cache_dtype", "cache_sharding"))
+_DECODE = jax.jit(_decode, static_argnums=0, static_argnames=("mode", "new_room"), donate_argnums=(2,))
+
+
 class Sampler:
   """Generates from an NNX `Decoder` (its current parameters are read on every call, so training
   updates are seen without rebuilding). Prefill compiles once per (batch bucket, prompt bucket, cache
@@ -291,12 +296,7 @@ class Sampler:
     self.eos_token_ids = tuple(int(i) for i in eos_token_ids)
     pad = getattr(tokenizer, "pad_token_id", None)
     self.pad_token_id = int(pad if pad is not None else (self.eos_token_ids or (0,))[0])
-    self._prefill = jax.jit(
-        _prefill, static_argnums=0, static_argnames=("slots", "cache_dtype", "cache_sharding")
-    )
-    self._decode = jax.jit(
-        _decode, static_argnums=0, static_argnames=("mode", "new_room"), donate_argnums=(2,)
-    )
+    self._prefill, self._decode = _PREFILL, _DECODE
 
   # -- sharding -----------------------------------------------------------------------------------
 
@@ -338,7 +338,8 @@ class Sampler:
 
   @property
   def compile_count(self) -> int:
-    """Programs compiled so far (prefill + decode); bounded by the buckets, not by the calls."""
+    """Programs compiled so far in this process by all Samplers (prefill + decode); bounded by the
+    buckets and model structures, not by the number of calls."""
     return self._prefill._cache_size() + self._decode._cache_size()
 
   def generate(

@@ -1,0 +1,154 @@
+"""Generation throughput: our JAX sampler vs transformers `generate` (PyTorch, same machine, same
+SmolLM2-135M weights from the embedded GGUF, float32, greedy), prompt ~40 tokens + 64 new tokens.
+
+    .venv/bin/python benchmarks/generate.py [--batches 1,16] [--new-tokens 64] [--repeats 3]
+
+Prints tokens/s for both and their ratio per batch size; our compile time is reported separately
+(first call minus a steady call). Both sides generate exactly --new-tokens per row (EOS ignored /
+suppressed) so they do the same work. On a GPU backend it also prints decode-only tokens/s and the
+fraction of the HBM-bandwidth roofline (weights + KV cache read once per decode step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from spade_jax.models.registry import EMBEDDED_GGUF, embedded_gguf_path, load_model  # noqa: E402
+from spade_jax.sampling import Sampler, SamplingConfig  # noqa: E402
+
+QUESTIONS = [
+    "What is the capital of France?", "Name three primary colors.", "How many legs does a spider have?",
+    "What does a compiler do?", "Give me a synonym for happy.", "Why is the sky blue?",
+    "What is two plus three?", "Name a famous painter.", "What is photosynthesis?",
+    "How do magnets work?", "What is the largest ocean?", "Explain gravity briefly.",
+    "What is a prime number?", "Who wrote Hamlet?", "What is the boiling point of water?",
+    "Describe a cat in one line.",
+]
+HBM_BYTES_PER_S = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12}  # for the GPU roofline
+
+
+def _prompts(tokenizer, batch: int) -> list[list[int]]:
+  return [tokenizer.encode_chat([{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}])
+          for i in range(batch)]
+
+
+def _time(fn, repeats: int) -> list[float]:
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return times
+
+
+def bench_ours(model, tokenizer, prompts, new_tokens, repeats):
+  sampler = Sampler(model, tokenizer)
+  config = SamplingConfig(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+  start = time.perf_counter()
+  first = sampler.generate(prompts, config)
+  first_s = time.perf_counter() - start
+  assert all(len(t) == new_tokens for t in first.tokens)
+  times = _time(lambda: sampler.generate(prompts, config), repeats)
+  best = min(times)
+  return {"tokens_per_s": len(prompts) * new_tokens / best, "best_s": best,
+          "median_s": statistics.median(times), "compile_s": max(first_s - best, 0.0),
+          "compiles": sampler.compile_count}
+
+
+def bench_transformers(prompts, new_tokens, repeats, pad_id):
+  import torch  # noqa: PLC0415
+  import transformers  # noqa: PLC0415
+
+  folder = os.path.dirname(embedded_gguf_path())
+  model = transformers.AutoModelForCausalLM.from_pretrained(
+      folder, gguf_file=EMBEDDED_GGUF, dtype=torch.float32
+  ).eval()
+  width = max(len(p) for p in prompts)
+  ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+  mask = torch.zeros((len(prompts), width), dtype=torch.long)
+  for row, p in enumerate(prompts):  # left padding, as decoder-only generation needs
+    ids[row, width - len(p):] = torch.tensor(p)
+    mask[row, width - len(p):] = 1
+
+  def run():
+    with torch.no_grad():
+      out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=new_tokens,
+                           min_new_tokens=new_tokens, pad_token_id=pad_id)
+    assert out.shape[1] == width + new_tokens
+
+  start = time.perf_counter()
+  run()
+  first_s = time.perf_counter() - start
+  times = _time(run, repeats)
+  best = min(times)
+  return {"tokens_per_s": len(prompts) * new_tokens / best, "best_s": best,
+          "median_s": statistics.median(times), "first_s": first_s,
+          "threads": torch.get_num_threads()}
+
+
+def gpu_roofline(model, spec, tokenizer, batch, new_tokens, prompt_len, steady_s, prefill_s):
+  """Decode-only throughput and its fraction of the HBM roofline on an accelerator."""
+  device = jax.devices()[0]
+  kind = getattr(device, "device_kind", "")
+  bandwidth = next((v for k, v in HBM_BYTES_PER_S.items() if k in kind), None)
+  param_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(model))
+  slots = 64 * -(-prompt_len // 64) + 64 * -(-new_tokens // 64)
+  kv_bytes = 2 * spec.num_layers * batch * slots * spec.num_kv_heads * spec.head_dim * 4
+  decode_s = max(steady_s - prefill_s, 1e-9)
+  tok_s = batch * (new_tokens - 1) / decode_s
+  out = {"device": kind, "decode_tokens_per_s": tok_s}
+  if bandwidth:
+    roof = bandwidth / (param_bytes + kv_bytes) * batch
+    out.update(roofline_tokens_per_s=roof, roofline_fraction=tok_s / roof)
+  return out
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--batches", default="1,16")
+  parser.add_argument("--new-tokens", type=int, default=64)
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--skip-transformers", action="store_true")
+  args = parser.parse_args()
+
+  model, tokenizer, spec = load_model("smollm2-135m-instruct")
+  print(f"backend={jax.default_backend()} devices={len(jax.devices())} cpus={os.cpu_count()}")
+  rows = []
+  for batch in [int(b) for b in args.batches.split(",")]:
+    prompts = _prompts(tokenizer, batch)
+    mean_len = float(np.mean([len(p) for p in prompts]))
+    ours = bench_ours(model, tokenizer, prompts, args.new_tokens, args.repeats)
+    row = {"batch": batch, "prompt_tokens": mean_len, "new_tokens": args.new_tokens, "ours": ours}
+    if jax.default_backend() != "cpu":
+      one = bench_ours(model, tokenizer, prompts, 1, args.repeats)
+      row["gpu"] = gpu_roofline(model, spec, tokenizer, batch, args.new_tokens, max(map(len, prompts)),
+                                ours["best_s"], one["best_s"])
+    if not args.skip_transformers:
+      ref = bench_transformers(prompts, args.new_tokens, args.repeats, tokenizer.pad_token_id)
+      row["transformers"] = ref
+      row["ratio"] = ours["tokens_per_s"] / ref["tokens_per_s"]
+    rows.append(row)
+    line = (f"batch {batch:3d} prompt ~{mean_len:.0f} tok + {args.new_tokens} new: ours "
+            f"{ours['tokens_per_s']:7.1f} tok/s (compile {ours['compile_s']:.1f} s)")
+    if "transformers" in row:
+      line += f" | transformers {row['transformers']['tokens_per_s']:7.1f} tok/s | ratio {row['ratio']:.2f}x"
+    if "gpu" in row:
+      line += f" | decode {row['gpu']['decode_tokens_per_s']:.0f} tok/s"
+      if "roofline_fraction" in row["gpu"]:
+        line += f", {100 * row['gpu']['roofline_fraction']:.0f}% of HBM roofline"
+    print(line, flush=True)
+  print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+  main()
