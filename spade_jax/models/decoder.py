@@ -151,6 +151,7 @@ class Attention(nnx.Module):
     e, h, kvh, d = spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.head_dim
     self.spec, self.dtype = spec, dtype
     self.rope_scale = rope_attention_factor(spec)
+    self.attn_chunk: int | None = 512  # query block of `attend`; the Decoder sets it
     self.q = _param(rngs, (e, h, d), ("embed", "heads", "head_dim"), param_dtype)
     self.k = _param(rngs, (e, kvh, d), ("embed", "kv_heads", "head_dim"), param_dtype)
     self.v = _param(rngs, (e, kvh, d), ("embed", "kv_heads", "head_dim"), param_dtype)
@@ -190,14 +191,34 @@ class Attention(nnx.Module):
     b, t, h, d = q.shape
     kvh = k.shape[2]
     q = q.reshape(b, t, kvh, h // kvh, d)
-    scores = jnp.einsum("btkgd,bskd->bkgts", q, k.astype(dt)).astype(jnp.float32) / math.sqrt(d)
-    scores = jnp.where(mask_bts[:, None, None], scores, _MASKED)
-    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(dt)).reshape(b, t, h, d)
+    out = attend(q, k.astype(dt), v.astype(dt), mask_bts, self.attn_chunk).reshape(b, t, h, d)
     out = jnp.einsum("bthd,hde->bte", out, self.o[...].astype(dt))
     if spec.o_bias:
       out = out + self.o_bias[...].astype(dt)
     return out, (all_k, all_v)
+
+
+def _attend_block(q_btkgd, k_bskd, v_bskd, mask_bts):
+  d = q_btkgd.shape[-1]
+  scores = jnp.einsum("btkgd,bskd->bkgts", q_btkgd, k_bskd).astype(jnp.float32) / math.sqrt(d)
+  scores = jnp.where(mask_bts[:, None, None], scores, _MASKED)
+  probs = jax.nn.softmax(scores, axis=-1).astype(q_btkgd.dtype)
+  return jnp.einsum("bkgts,bskd->btkgd", probs, v_bskd)
+
+
+def attend(q_btkgd, k_bskd, v_bskd, mask_bts, chunk: int | None = None):
+  """Softmax attention (GQA: k/v heads shared by g query heads). Longer than `chunk`, the queries
+  go in blocks whose scores are rematerialised in the backward pass, so neither pass holds more
+  than one block's [B, heads, chunk, S] scores (the prefill of long prompts and training need it)."""
+  t = q_btkgd.shape[1]
+  if chunk is None or t <= chunk:
+    return _attend_block(q_btkgd, k_bskd, v_bskd, mask_bts)
+  block = jax.checkpoint(_attend_block)
+  outs = [
+      block(q_btkgd[:, s : s + chunk], k_bskd, v_bskd, mask_bts[:, s : s + chunk])
+      for s in range(0, t, chunk)
+  ]
+  return jnp.concatenate(outs, axis=1)
 
 
 class MLP(nnx.Module):
@@ -262,6 +283,10 @@ def _stacked_blocks(spec: ModelSpec, *, dtype, param_dtype, rngs: nnx.Rngs) -> B
   return blocks
 
 
+def _run_block(block, x, positions_bt, inv_freq, mask, layer_cache):
+  return block(x, positions_bt, inv_freq, mask, layer_cache)
+
+
 class Decoder(nnx.Module):
   """Token ids in, logits out; optionally reads and writes a `KVCache`.
 
@@ -277,6 +302,8 @@ class Decoder(nnx.Module):
       param_dtype=jnp.float32,
       rngs: nnx.Rngs,
       scan_layers: bool = False,
+      attn_chunk: int | None = 512,
+      remat: bool = False,
   ):
     if scan_layers and not spec.uniform_layers:
       raise ValueError(
@@ -284,6 +311,8 @@ class Decoder(nnx.Module):
           f"layers {spec.dense_layers}: use scan_layers=False"
       )
     self.spec, self.dtype, self.scan_layers = spec, dtype, scan_layers
+    # Training memory: recompute each block's activations in the backward pass (cache-free calls).
+    self.remat = remat
     self.embed = _param(
         rngs, (spec.vocab_size, spec.hidden_size), ("vocab", "embed"), param_dtype
     )
@@ -301,6 +330,15 @@ class Decoder(nnx.Module):
       self.lm_head = _param(
           rngs, (spec.hidden_size, spec.vocab_size), ("embed", "vocab"), param_dtype
       )
+    self.set_attn_chunk(attn_chunk)
+
+  def set_attn_chunk(self, chunk: int | None) -> None:
+    """Query block size of attention (None: all queries at once); results do not depend on it."""
+    if chunk is not None and chunk < 1:
+      raise ValueError(f"attn_chunk must be >= 1 or None, got {chunk}")
+    for _, module in nnx.iter_graph(self):
+      if isinstance(module, Attention):
+        module.attn_chunk = chunk
 
   def hidden_states(self, tokens_bt, positions_bt, valid_bt=None, cache: KVCache | None = None):
     """Final-normed hidden states [B, T, E] and the updated cache (None without one).
@@ -342,10 +380,11 @@ class Decoder(nnx.Module):
     all_k = all_v = None
     if cache is not None:
       all_k, all_v = cache.k, cache.v
+    run = nnx.remat(_run_block) if self.remat and cache is None else _run_block
     for i, block in enumerate(self.layers):
       mask = window_mask_bts if i in self.spec.sliding_layers else mask_bts
       layer_cache = None if cache is None else (all_k, all_v, i, cache.index)
-      x, (k, v) = block(x, positions_bt, inv_freq, mask, layer_cache)
+      x, (k, v) = run(block, x, positions_bt, inv_freq, mask, layer_cache)
       if cache is not None:
         all_k, all_v = k, v
     return x, (all_k, all_v)
@@ -364,6 +403,8 @@ class Decoder(nnx.Module):
       x, (k, v) = block(x, positions_bt, inv_freq, mask, layer_cache)
       return x, (None if kv is None else (k[0], v[0]))
 
+    if self.remat and cache is None:
+      step = jax.checkpoint(step)
     x, new_kv = jax.lax.scan(step, x, (stacked, layer_kv, sliding_l))
     return x, ((None, None) if new_kv is None else new_kv)
 
