@@ -50,6 +50,8 @@ def run(config, out: Path, *, resume: bool = False) -> Path:
       mesh=mesh if mesh.size > 1 else None, seed=config.seed,
   )
   mesh = mesh if mesh.size > 1 else None
+  loaded.model.remat = config.model.remat
+  loaded.model.set_attn_chunk(config.model.attn_chunk)
   sandbox = SandboxPool(config.sandbox)
   try:
     policy = Policy(loaded.model, loaded.tokenizer, mesh=mesh)

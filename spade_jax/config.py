@@ -216,10 +216,14 @@ class ModelConfig:
   name: str = "smollm2-135m-instruct"  # preset name, HF directory or .gguf file
   dtype: str = "float32"  # compute dtype (f32 is faster than bf16 on XLA:CPU)
   param_dtype: str = "float32"  # stored params; the optimizer keeps f32 masters either way
+  attn_chunk: int | None = 512  # attention query block: bounds prefill/training memory (null: off)
+  remat: bool = True  # recompute each block in the backward pass (training memory ~ one block)
 
   def __post_init__(self):
     choice(self.dtype, DTYPES, "model.dtype")
     choice(self.param_dtype, DTYPES, "model.param_dtype")
+    if self.attn_chunk is not None:
+      positive(self.attn_chunk, "model.attn_chunk")
 
 
 # Sections live with the code they configure; imported here, after the machinery above, so that a
