@@ -155,10 +155,10 @@ def test_optimizer_matches_torch_adamw_with_clipping():
 
 
 @pytest.mark.slow
-def test_sharded_step_on_8_cpu_devices_equals_unsharded():
+def test_sharded_step_on_8_cpu_devices_equals_unsharded(tmp_path):
   script = os.path.join(os.path.dirname(__file__), "sharded_train_check.py")
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-  out = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=600,
+  out = subprocess.run([sys.executable, script, str(tmp_path / "ckpt")], capture_output=True, text=True, env=env, timeout=600,
                        cwd=os.path.dirname(os.path.dirname(os.path.dirname(script))))
   assert out.returncode == 0, out.stderr[-3000:]
   result = json.loads(out.stdout.strip().splitlines()[-1])
