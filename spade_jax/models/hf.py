@@ -360,8 +360,8 @@ def _path_key(path) -> tuple[Any, ...]:
 class _Pending:
   """Pieces of one target parameter, assembled shard by shard when all have arrived."""
 
-  def __init__(self, var: nnx.Variable):
-    self.var = var
+  def __init__(self, path: tuple[Any, ...], var: nnx.Variable):
+    self.path, self.var = path, var
     self.pieces: dict[tuple[int, ...], np.ndarray] = {}
 
   def complete(self) -> bool:
@@ -431,8 +431,9 @@ def state_dict_items_to_model(
     for path, stack, to_ours in found:
       if path in done:
         raise ValueError(f"checkpoint has two tensors for {'/'.join(map(str, path))} ({name})")
-      entry = pending.setdefault(path, _Pending(targets[path]))
-      entry.path = path
+      if path not in pending:
+        pending[path] = _Pending(path, targets[path])
+      entry = pending[path]
       entry.pieces[stack] = to_ours(array)
       if entry.complete():
         var = entry.var
@@ -551,10 +552,11 @@ def model_to_hf_items(model: Decoder) -> Iterator[tuple[str, Callable[[], np.nda
     else:
       block, index = model.layers[i], ()
     for suffix, path, _, to_hf in _LAYER_RULES:
-      var = _get_path(block, path)
-      if var is None or (suffix == "mlp.gate.weight" and not spec.layer_is_moe(i)):
+      # An MoE layer's `mlp` holds the router plus experts; a dense layer's the SwiGLU projections.
+      if path[0] == "mlp" and spec.layer_is_moe(i) != (suffix == "mlp.gate.weight"):
         continue
-      if path[0] == "mlp" and spec.layer_is_moe(i) and suffix != "mlp.gate.weight":
+      var = _get_path(block, path)
+      if var is None:  # a bias or norm this spec does not have
         continue
       get = fetch(var[...], index)
       yield f"model.layers.{i}.{suffix}", (lambda g=get, f=to_hf: np.ascontiguousarray(f(g(), spec)))
