@@ -72,7 +72,7 @@ def torch_grpo_step_fn(model, args):
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
-    return float(loss)
+    return loss.detach().item()
 
   return step
 
