@@ -60,7 +60,7 @@ def test_numbers_render_with_sign_and_width():
 def test_buffer_is_cut_at_max_tokens(lock_env):
     tok = byte_tokenizer()
     obs, _ = lock_env.reset(jax.random.PRNGKey(0), lock_env.default_params)
-    tokens, length = lock_env.render_tokens(obs, tok, max_tokens=16)
+    tokens, length = jax.jit(lock_env.token_renderer(tok, max_tokens=16))(obs)
     text = lock_env.render_text(obs)
     assert int(length) == 16 and tok.decode(np.asarray(tokens).tolist()) == text.encode()[:16].decode()
 
