@@ -14,7 +14,7 @@ import torch
 from flax import nnx
 
 from rl_testing import make_train_batch, tiny_decoder
-from spade_jax.rl import RLConfig, TrainBatch, make_optimizer, make_train_step
+from spade_jax.rl import RLConfig, make_optimizer, make_train_step, token_logprobs
 
 # A large Adam epsilon makes the first update ~ lr * grad, so params compare gradients closely.
 CFG = RLConfig(lr=1e-2, adam_eps=1.0, kl_coef=0.01)
@@ -77,7 +77,6 @@ def test_update_follows_the_advantage_sign():
   state = init(model)
   batch = make_train_batch(7)
   batch = batch.replace(is_stale_b=None, advantages_b=np.array([1, -1] * 4, np.float32))
-  from spade_jax.rl import token_logprobs
 
   def mean_logp(params):
     m = nnx.merge(nnx.split(model, nnx.Param)[0], params)
