@@ -91,11 +91,9 @@ class GridMazeEnv:
         pass
 
     def _cell(self, r, c):
-        if r == self.row and c == self.col:
-            return self.SYMBOLS[3]
-        if r == self.goal_row and c == self.goal_col:
-            return self.SYMBOLS[4]
-        return self.SYMBOLS[self.grid[r][c]]
+        here = r == self.row and c == self.col
+        goal = r == self.goal_row and c == self.goal_col
+        return self.SYMBOLS[3 if here else 4 if goal else self.grid[r][c]]
 
     def _observe(self, message):
         rows = "\n".join(" ".join(self._cell(r, c) for c in range(self.SIZE)) for r in range(self.SIZE))
