@@ -35,6 +35,7 @@ def main(argv=None) -> int:
   from spade_jax.models.registry import load_model  # noqa: PLC0415
   from spade_jax.sampling import SamplingConfig  # noqa: PLC0415
 
+  from experiments.eval import load_run  # noqa: PLC0415
   from experiments.run import run  # noqa: PLC0415
 
   out = Path(args.out)
@@ -52,11 +53,10 @@ def main(argv=None) -> int:
     if config_name is not None:
       run(config, out / config_name)
     train_s = time.perf_counter() - started
-    loaded = load_model(config.model.name, seed=config.seed)
-    if config_name is not None:
-      from spade_jax.checkpoint import restore_params  # noqa: PLC0415
-
-      restore_params(out / config_name, loaded.model)
+    if config_name is None:
+      loaded = load_model(config.model.name, seed=config.seed)
+    else:
+      loaded, _ = load_run(out / config_name)  # the latest checkpoint's params
     policy = evaluation.model_policy(
         loaded.model, loaded.tokenizer, SamplingConfig(max_new_tokens=config.agent_sampling.max_new_tokens,
                                                        temperature=0.0), seed=args.seed,

@@ -123,13 +123,15 @@ class SelfPlay:
       env = self.check(PoolEnv(self._new_id("env"), request.skill, "designer", source, False))
       # The prompt as the sampler saw it (Policy.generate keeps the tail of an over-long prompt).
       env.designer_sample = {"prompt": prompt[len(prompt) - used:], "tokens": tokens, "logprobs": logprobs}
-      if not env.valid and cfg.roles.repair:
-        self.repair(env)
+      pool.append(env)
+    if cfg.roles.repair:
+      self.repair([e for e in pool if not e.valid and e.source])
+    for env, request, text in zip(pool, requests, result.texts):
       self.archive.add(env.source or text, {
           "env_id": env.env_id, "iteration": self.iteration, "skill": env.skill, "mode": request.mode,
           "base": request.base_name, "valid": env.valid, "backend": env.backend, "errors": env.errors,
+          "origin": env.origin,
       })
-      pool.append(env)
     return pool
 
   def check(self, env: PoolEnv) -> PoolEnv:
@@ -142,17 +144,17 @@ class SelfPlay:
     env.hung = any("timed out" in e or "time" in e and "limit" in e for e in verdict.errors)
     return env
 
-  def repair(self, env: PoolEnv) -> None:
-    """One repair turn: a valid repaired program feeds the agent; the designer is still scored on
-    what it first wrote (its sample is kept unchanged)."""
-    if not env.source:
+  def repair(self, envs: list[PoolEnv]) -> None:
+    """One batched repair turn: a valid repaired program feeds the agent; the designer is still
+    scored on what it first wrote (its sample is kept unchanged)."""
+    if not envs:
       return
-    messages = roles.repair_prompt(env.source, env.errors, self.cfg.roles)
-    result = self.policy.generate(
-        [self.policy.chat_tokens(messages)], self.cfg.designer_sampling, self._key("repair")
-    )
-    repaired = roles.parse_designer_output(result.texts[0])
-    if repaired:
+    prompts = [self.policy.chat_tokens(roles.repair_prompt(e.source, e.errors, self.cfg.roles)) for e in envs]
+    result = self.policy.generate(prompts, self.cfg.designer_sampling, self._key("repair"))
+    for env, text in zip(envs, result.texts):
+      repaired = roles.parse_designer_output(text)
+      if not repaired:
+        continue
       trial = self.check(PoolEnv(env.env_id, env.skill, env.origin, repaired, False))
       if trial.valid:
         env.source, env.backend, env.errors = repaired, trial.backend, []
@@ -338,7 +340,9 @@ class SelfPlay:
     if regen:
       with timer.phase("designer"):
         pool = self.design_pool()
-      metrics["designer/valid_rate"] = float(np.mean([e.valid for e in pool])) if pool else 0.0
+      # Valid as first written (what the designer is rewarded for); repairs are counted apart.
+      metrics["designer/valid_rate"] = float(np.mean([e.valid and e.origin == "designer" for e in pool]))
+      metrics["designer/repaired_rate"] = float(np.mean([e.origin == "designer-repaired" for e in pool]))
       metrics["designer/programs"] = len(pool)
       self.pool = self.fill_from_library(pool)
       with timer.phase("hints"):
