@@ -7,6 +7,7 @@ calls lives in its own module (roles, envs, rollout, rl, curriculum, checkpoint,
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import math
 from pathlib import Path
@@ -74,7 +75,7 @@ class SelfPlay:
     self.memory = EnvMemory.from_config(config.curriculum)
     self.corpus = load_corpus(config.corpus)
     self.pool: list[PoolEnv] = []
-    self._compiled: dict = {}  # env_id -> envs.compile.CompiledEnv
+    self._compiled: dict = {}  # source sha256 -> envs.compile.CompiledEnv
     self.envs_made = 0
     self.iteration = 0
 
@@ -135,13 +136,19 @@ class SelfPlay:
     return pool
 
   def check(self, env: PoolEnv) -> PoolEnv:
-    """Validates the program (JAX backend where it fits, sandbox otherwise) and records the verdict."""
+    """Validates the program in the sandbox, then picks its backend (JAX where it fits and matches
+    the program step for step, else the sandbox) and records both."""
     if not env.source:
       env.valid, env.errors = False, ["no Python code block found in the designer's reply"]
       return env
-    verdict = validate(env.source, config=self.cfg.validation, pool=self.learner.sandbox, backend=self.cfg.backend)
-    env.valid, env.errors, env.backend = verdict.valid, list(verdict.errors), verdict.backend
-    env.hung = any("timed out" in e or "time" in e and "limit" in e for e in verdict.errors)
+    verdict = validate(env.source, config=self.cfg.validation, pool=self.learner.sandbox, backend="sandbox")
+    env.valid, env.errors = verdict.valid, list(verdict.errors)
+    env.hung = any("did not return within" in e for e in verdict.errors)  # a hung call (SPADE: -0.5)
+    if env.valid:
+      try:
+        env.backend = self.compiled(env).backend
+      except (ProgramError, ValueError) as err:  # backend="jax" asked for a program outside the subset
+        env.valid, env.errors = False, [str(err)]
     return env
 
   def repair(self, envs: list[PoolEnv]) -> None:
@@ -220,12 +227,12 @@ class SelfPlay:
     return trajectories
 
   def compiled(self, env: PoolEnv):
-    """The runnable form of a pool environment, built once per environment."""
-    if env.env_id not in self._compiled:
-      self._compiled[env.env_id] = compile_env(
-          env.source, env.backend or self.cfg.backend, pool=self.learner.sandbox
-      )
-    return self._compiled[env.env_id]
+    """The runnable form of a program, built once per distinct source (transpiling and the JAX
+    equivalence check are the expensive part of admitting an environment)."""
+    key = hashlib.sha256(env.source.encode()).hexdigest()
+    if key not in self._compiled:
+      self._compiled[key] = compile_env(env.source, self.cfg.backend, pool=self.learner.sandbox)
+    return self._compiled[key]
 
   def _agent_generate(self, prompts):
     return generations_of(self.policy.generate(prompts, self.cfg.agent_sampling, self._key("agent")))
