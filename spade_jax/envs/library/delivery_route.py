@@ -46,10 +46,14 @@ class DeliveryRouteEnv:
             if town == 0:
                 self.done = True
                 if self.length <= self.best:
-                    return self._observe(message + f" Round trip {self.length} km is optimal, you win!"), 1.0, True, False, {}
-                return self._observe(message + f" Round trip {self.length} km; {self.best} km was possible. You lose."), 0.0, True, False, {}
+                    message += f" Round trip {self.length} km is optimal, you win!"
+                    return self._observe(message), 1.0, True, False, {}
+                message += f" Round trip {self.length} km; {self.best} km was possible. You lose."
+                return self._observe(message), 0.0, True, False, {}
         else:
-            message = "Invalid action (turn lost): drive to an unvisited town with \\boxed{k}; \\boxed{0} only at the end."
+            message = (
+                "Invalid action (turn lost): drive to an unvisited town with \\boxed{k}; \\boxed{0} only at the end."
+            )
         if self.turn >= self.MAX_TURNS:
             self.done = True
             return self._observe(message + " Out of turns."), 0.0, False, True, {}
@@ -89,12 +93,12 @@ class DeliveryRouteEnv:
             last = before
 
     def _observe(self, message):
-        table = "\n".join(
-            f"  from {i}: " + " ".join(str(self.dist[i][j]) for j in range(self.TOWNS + 1)) for i in range(self.TOWNS + 1)
-        )
+        towns = range(self.TOWNS + 1)
+        table = "\n".join(f"  from {i}: " + " ".join(str(self.dist[i][j]) for j in towns) for i in towns)
         left = " ".join(str(t) for t in range(1, self.TOWNS + 1) if not self.visited[t])
         return (
-            f"{message}\nDistances in km to towns 0..{self.TOWNS}:\n{table}\nYou are at town {self.at}. Driven: {self.length} km. "
+            f"{message}\nDistances in km to towns 0..{self.TOWNS}:\n{table}\n"
+            f"You are at town {self.at}. Driven: {self.length} km. "
             f"Towns left: {'none, return to 0' if all(self.visited) else left}. Turn {self.turn}/{self.MAX_TURNS}.\n"
             "Actions: \\boxed{k} drives to town k."
         )

@@ -41,10 +41,12 @@ class KnapsackEnv:
         if cmd == "done":
             self.done = True
             if self.total >= self.best_value:
-                return self._observe(f"Your packing is worth {self.total}, the best possible. You win!"), 1.0, True, False, {}
-            return self._observe(f"Your packing is worth {self.total}; {self.best_value} was possible. You lose."), 0.0, True, False, {}
-        if cmd is not None and cmd.isdecimal() and len(cmd) <= 2 and 1 <= int(cmd) <= self.ITEMS and not self.packed[int(cmd) - 1]:
-            i = int(cmd) - 1
+                message = f"Your packing is worth {self.total}, the best possible. You win!"
+                return self._observe(message), 1.0, True, False, {}
+            message = f"Your packing is worth {self.total}; {self.best_value} was possible. You lose."
+            return self._observe(message), 0.0, True, False, {}
+        i = int(cmd) - 1 if cmd is not None and cmd.isdecimal() and len(cmd) <= 2 else -1
+        if 0 <= i < self.ITEMS and not self.packed[i]:
             self.packed[i] = True
             self.load += self.weight[i]
             self.total += self.value[i]

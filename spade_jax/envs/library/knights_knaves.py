@@ -85,7 +85,8 @@ class KnightsKnavesEnv:
             if q < self.asked
         )
         return (
-            f"{message}\nKnights: exactly {self.count} of {self.PEOPLE}. Answers so far: {heard if self.asked > 0 else 'none'}. "
+            f"{message}\nKnights: exactly {self.count} of {self.PEOPLE}. "
+            f"Answers so far: {heard if self.asked > 0 else 'none'}. "
             f"Questions left: {self.QUESTIONS - self.asked}. Turn {self.turn}/{self.MAX_TURNS}.\n"
             "Actions: \\boxed{ij} asks person i whether person j is a knight (e.g. \\boxed{13}); "
             f"\\boxed{{...}} with {self.PEOPLE} digits (1 = knight, 2 = knave, e.g. \\boxed{{12212}}) answers."

@@ -54,7 +54,8 @@ class OddOneOutEnv:
             self.round += 1
             if self.lives == 0:
                 self.done = True
-                return self._observe(message + f" No lives left; the property was: {self._rule()}. You lose."), 0.0, True, False, {}
+                message += f" No lives left; the property was: {self._rule()}. You lose."
+                return self._observe(message), 0.0, True, False, {}
             if self.round == self.ROUNDS:
                 self.done = True
                 return self._observe(message + f" The property was: {self._rule()}. You win!"), 1.0, True, False, {}

@@ -64,7 +64,8 @@ class SlidingPuzzleEnv:
 
     def solution(self):
         names = ["up", "down", "left", "right"]
-        return ["\\boxed{" + names[self._inverse(self.scramble[self.SCRAMBLE - 1 - i])] + "}" for i in range(self.SCRAMBLE)]
+        undo = [self._inverse(self.scramble[self.SCRAMBLE - 1 - i]) for i in range(self.SCRAMBLE)]
+        return ["\\boxed{" + names[d] + "}" for d in undo]
 
     def close(self):
         pass
@@ -90,9 +91,12 @@ class SlidingPuzzleEnv:
         self.board[target] = 0
         self.gap = target
 
+    def _tile(self, value):
+        return str(value) if value > 0 else "_"
+
     def _observe(self, message):
         rows = "\n".join(
-            " ".join(str(self.board[r * self.SIZE + c]) if self.board[r * self.SIZE + c] > 0 else "_" for c in range(self.SIZE))
+            " ".join(self._tile(self.board[r * self.SIZE + c]) for c in range(self.SIZE))
             for r in range(self.SIZE)
         )
         return (

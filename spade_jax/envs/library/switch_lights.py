@@ -44,7 +44,10 @@ class SwitchLightsEnv:
                 on = (digits[self.control[j]] == 1) != self.inverted[j]
                 self.tried[self.used][j] = digits[j]
                 self.seen[self.used][j] = 1 if on else 0
-            message = f"Experiment {self.used}: switches {self._bits(self.tried[self.used])} -> lights {self._bits(self.seen[self.used])}."
+            message = (
+                f"Experiment {self.used}: switches {self._bits(self.tried[self.used])} "
+                f"-> lights {self._bits(self.seen[self.used])}."
+            )
         elif is_answer:
             self.done = True
             if all(digits[j] == self.control[j] + 1 for j in range(self.COUNT)):
@@ -63,7 +66,8 @@ class SwitchLightsEnv:
     def solution(self):
         # Binary-coded experiments: switch s is on in experiment e when bit e of s is set, so the two
         # readings (against the all-off baseline) spell out each light's switch number.
-        settings = ["\\boxed{" + "".join(str((s // 2**e) % 2) for s in range(self.COUNT)) + "}" for e in range(self.EXPERIMENTS)]
+        bits = [[(s // 2**e) % 2 for s in range(self.COUNT)] for e in range(self.EXPERIMENTS)]
+        settings = ["\\boxed{" + self._bits(row) + "}" for row in bits]
         return settings + ["\\boxed{" + self._answer() + "}"]
 
     def close(self):
