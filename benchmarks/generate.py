@@ -65,10 +65,12 @@ def bench_ours(model, tokenizer, prompts, new_tokens, repeats):
           "compiles": sampler.compile_count}
 
 
-def bench_transformers(prompts, new_tokens, repeats, pad_id):
+def bench_transformers(prompts, new_tokens, repeats, pad_id, threads=0):
   import torch  # noqa: PLC0415
   import transformers  # noqa: PLC0415
 
+  if threads:
+    torch.set_num_threads(threads)
   folder = os.path.dirname(embedded_gguf_path())
   model = transformers.AutoModelForCausalLM.from_pretrained(
       folder, gguf_file=EMBEDDED_GGUF, dtype=torch.float32
@@ -119,10 +121,14 @@ def main():
   parser.add_argument("--new-tokens", type=int, default=64)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--skip-transformers", action="store_true")
+  parser.add_argument("--torch-threads", type=int, default=0,
+                      help="torch.set_num_threads for the baseline (0: PyTorch's default); on a loaded "
+                           "machine 1 avoids OpenMP oversubscription that slows PyTorch far more than XLA")
   args = parser.parse_args()
 
   model, tokenizer, spec = load_model("smollm2-135m-instruct")
-  print(f"backend={jax.default_backend()} devices={len(jax.devices())} cpus={os.cpu_count()}")
+  print(f"backend={jax.default_backend()} devices={len(jax.devices())} cpus={os.cpu_count()} "
+        f"load average={os.getloadavg()[0]:.1f} (other processes share these cores)")
   rows = []
   for batch in [int(b) for b in args.batches.split(",")]:
     prompts = _prompts(tokenizer, batch)
@@ -134,19 +140,21 @@ def main():
       row["gpu"] = gpu_roofline(model, spec, tokenizer, batch, args.new_tokens, max(map(len, prompts)),
                                 ours["best_s"], one["best_s"])
     if not args.skip_transformers:
-      ref = bench_transformers(prompts, args.new_tokens, args.repeats, tokenizer.pad_token_id)
+      ref = bench_transformers(prompts, args.new_tokens, args.repeats, tokenizer.pad_token_id,
+                               args.torch_threads)
       row["transformers"] = ref
       row["ratio"] = ours["tokens_per_s"] / ref["tokens_per_s"]
     rows.append(row)
     line = (f"batch {batch:3d} prompt ~{mean_len:.0f} tok + {args.new_tokens} new: ours "
             f"{ours['tokens_per_s']:7.1f} tok/s (compile {ours['compile_s']:.1f} s)")
     if "transformers" in row:
-      line += f" | transformers {row['transformers']['tokens_per_s']:7.1f} tok/s | ratio {row['ratio']:.2f}x"
+      line += (f" | transformers ({row['transformers']['threads']} threads) "
+               f"{row['transformers']['tokens_per_s']:7.1f} tok/s | ratio {row['ratio']:.2f}x")
     if "gpu" in row:
       line += f" | decode {row['gpu']['decode_tokens_per_s']:.0f} tok/s"
       if "roofline_fraction" in row["gpu"]:
         line += f", {100 * row['gpu']['roofline_fraction']:.0f}% of HBM roofline"
-    print(line, flush=True)
+    print(line + f" [load {os.getloadavg()[0]:.1f}]", flush=True)
   print(json.dumps(rows))
 
 
