@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from spade_jax import roles
-from spade_jax.curriculum import EnvMemory, EnvRecord, ScoreInputs, designer_advantages, designer_scores
-from spade_jax.curriculum import skills_for_regeneration
+from spade_jax.curriculum import DESIGNER_SCORES, EnvMemory, EnvRecord, ScoreInputs, designer_advantages
+from spade_jax.curriculum import designer_scores, plr, skills_for_regeneration
 from spade_jax.curriculum.corpus import load_corpus
 from spade_jax.envs.compile import compile_env
 from spade_jax.envs.program import ProgramError
@@ -49,6 +50,7 @@ class PoolEnv:
   hung: bool = False
   wins: list[float] = dataclasses.field(default_factory=list)  # per-iteration win rates, no hint
   designer_sample: dict | None = None  # prompt/completion tokens and logprobs of the designer
+  plr_slot: int = -1  # slot in the PLR buffer when this environment is a replay
 
   @property
   def win_rate(self) -> float:
@@ -76,6 +78,9 @@ class SelfPlay:
     self.corpus = load_corpus(config.corpus)
     self.pool: list[PoolEnv] = []
     self._compiled: dict = {}  # source sha256 -> envs.compile.CompiledEnv
+    c = config.curriculum
+    self.plr = plr.plr_init(c.plr_capacity) if c.plr else None  # replay buffer (beyond SPADE)
+    self.plr_levels: list[dict] = []  # PLR level id -> {"source", "skill"}
     self.envs_made = 0
     self.iteration = 0
 
@@ -88,6 +93,8 @@ class SelfPlay:
         "pool": [e.to_json() for e in self.pool],
         "memory": self.memory.state_dict(),
         "rng": self.rng.bit_generator.state,
+        "plr": None if self.plr is None else {k: np.asarray(v).tolist() for k, v in vars(self.plr).items()},
+        "plr_levels": self.plr_levels,
     }
 
   def load_state_dict(self, state: dict) -> None:
@@ -95,6 +102,10 @@ class SelfPlay:
     self.pool = [PoolEnv(**e) for e in state["pool"]]
     self.memory = EnvMemory.from_state_dict(state["memory"])
     self.rng.bit_generator.state = state["rng"]
+    if state.get("plr") is not None:
+      dtypes = {"scores": np.float32}
+      self.plr = plr.PLRState(**{k: jnp.asarray(v, dtypes.get(k, np.int32)) for k, v in state["plr"].items()})
+      self.plr_levels = state["plr_levels"]
 
   # -- phases -------------------------------------------------------------------------------------
 
@@ -283,13 +294,48 @@ class SelfPlay:
     ]
 
   def remember_pool(self) -> None:
-    """SPADE's memory keeps every designed environment with its regret, win rate and skill."""
+    """SPADE's memory keeps every designed environment with its regret, win rate and skill; the
+    PLR buffer (when on) takes them with their replay score, and rescores the replayed ones."""
     for env in self.pool:
       if env.valid and env.source and env.origin.startswith("designer") and self.cfg.use_memory:
         self.memory.add(EnvRecord(
             env.env_id, env.source, env.skill, env.r_hint - env.r_nohint, env.win_rate, True,
             self.iteration - self.cfg.regen_interval,
         ))
+    if self.plr is None:
+      return
+    c = self.cfg.curriculum
+    for env in self.pool:
+      if not (env.valid and env.source and (env.origin.startswith("designer") or env.plr_slot >= 0)):
+        continue
+      inputs = ScoreInputs(
+          r_hint=np.nan_to_num([env.r_hint]), r_nohint=np.nan_to_num([env.r_nohint]),
+          win_rate=np.nan_to_num([env.win_rate]), r_hint_max=np.nan_to_num([env.r_hint_max]),
+          win_rate_history=np.array([_pad(env.wins, self.cfg.regen_interval)]),
+      )
+      score = float(np.asarray(DESIGNER_SCORES[c.plr_score](inputs, c))[0])
+      if env.plr_slot >= 0:
+        self.plr = plr.update_scores(self.plr, [env.plr_slot], [score])
+      else:
+        self.plr_levels.append({"source": env.source, "skill": env.skill})
+        self.plr, _ = plr.insert(self.plr, len(self.plr_levels) - 1, score)
+
+  def replay_envs(self) -> list[PoolEnv]:
+    """PLR: each pool slot is, with probability plr_replay_prob, a replay of a high-scoring past
+    environment (rank and staleness prioritised) once the buffer is filled enough."""
+    c = self.cfg.curriculum
+    if self.plr is None or not bool(plr.should_replay(self._key("plr"), self.plr, 1.0, c.plr_min_fill)):
+      return []
+    n = min(int(self.rng.binomial(self.cfg.pool_size, c.plr_replay_prob)), int(self.plr.size))
+    if n == 0:
+      return []
+    self.plr, slots, level_ids = plr.sample_replay(self._key("plr"), self.plr, n, c.plr_temperature, c.plr_staleness)
+    envs = []
+    for slot, level_id in zip(np.asarray(slots).tolist(), np.asarray(level_ids).tolist()):
+      level = self.plr_levels[level_id]
+      env = PoolEnv(self._new_id("replay"), level["skill"], "replay", level["source"], False, plr_slot=slot)
+      envs.append(self.check(env))
+    return envs
 
   def score_pool(self, agent_sample_count: int) -> tuple[list[Sample], dict]:
     """The delayed designer update for the pool written `regen_interval` iterations ago."""
@@ -351,7 +397,7 @@ class SelfPlay:
       metrics["designer/valid_rate"] = float(np.mean([e.valid and e.origin == "designer" for e in pool]))
       metrics["designer/repaired_rate"] = float(np.mean([e.origin == "designer-repaired" for e in pool]))
       metrics["designer/programs"] = len(pool)
-      self.pool = self.fill_from_library(pool)
+      self.pool = self.fill_from_library(pool) + self.replay_envs()
       with timer.phase("hints"):
         self.write_hints()
     with timer.phase("plays"):
