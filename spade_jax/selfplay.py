@@ -384,6 +384,11 @@ class SelfPlay:
     regen = cfg.mode == "selfplay" and self.iteration % cfg.regen_interval == 0
     if cfg.mode == "fixed_pool" and not self.pool:
       self.pool = [self.check(e) for e in fixed_pool_envs(cfg.env_pool)]
+      for env in self.pool:
+        if not env.valid:
+          log.warning("env_pool: %s is invalid and left out: %s", env.env_id, "; ".join(env.errors))
+      if not any(e.valid for e in self.pool):
+        raise ValueError(f"env_pool {cfg.env_pool or 'library'}: no valid environment program (see run.log)")
     if regen and self.pool:  # the previous pool's window is over: remember it, score its designer
       self.remember_pool()
       if cfg.train_designer:
