@@ -529,13 +529,21 @@ class DeviceRollout:
     turns = rollout.max_turns
     self.full_slots = lambda hint_width: self.first_base + hint_width + turns * (self.reply_width + self.chunk_width)
     self.max_slots = max_slots
-    # A row keeps playing while it holds fewer than max_context_tokens; one more turn adds at most this.
-    reach = rollout.max_context_tokens + self.reply_width + self.chunk_width
-    if min(self.full_slots(0), reach) > spec.max_position:
-      raise ValueError(
-          f"an episode can reach {min(self.full_slots(0), reach)} tokens, past the model's context of "
-          f"{spec.max_position}; lower max_context_tokens, max_turns or max_new_tokens")
     self._programs: dict = {}
+    self.use_rollout(rollout)
+
+  def use_rollout(self, rollout: RolloutConfig) -> None:
+    """Switch the context budget or loss_on_truncated without recompiling (turns and system prompt
+    are compiled in)."""
+    if (rollout.max_turns, rollout.system_prompt) != (self.rollout.max_turns, self.rollout.system_prompt):
+      raise ValueError("max_turns and system_prompt are compiled in; build a new DeviceRollout")
+    # A row keeps playing while it holds fewer than max_context_tokens; one more turn adds at most this.
+    reach = min(self.full_slots(0), rollout.max_context_tokens + self.reply_width + self.chunk_width)
+    if reach > self.model.spec.max_position:
+      raise ValueError(
+          f"an episode can reach {reach} tokens, past the model's context of {self.model.spec.max_position}; "
+          "lower max_context_tokens, max_turns or max_new_tokens")
+    self.rollout = rollout
 
   # -- the compiled loop ----------------------------------------------------------------------------
 
@@ -785,9 +793,11 @@ def play_episodes_device(
   loop; same trajectories as `rollout.play_episodes` over `env.text_env()` instances. `options` go to
   `DeviceRollout` (observation_tokens, hint_prefix, max_slots, compiler_options)."""
   graphdef, _ = nnx.split(model)
-  cache_key = (id(env), id(tokenizer), graphdef, sampling, rollout, repr(sorted(options.items())))
+  cache_key = (id(env), id(tokenizer), graphdef, sampling, rollout.max_turns, rollout.system_prompt,
+               repr(sorted(options.items())))
   if cache_key not in _ROLLOUTS:
     _ROLLOUTS[cache_key] = DeviceRollout(env, model, tokenizer, sampling, rollout, **options)
   runner = _ROLLOUTS[cache_key]
   runner.model = model
+  runner.use_rollout(rollout)
   return runner.play(seeds, key, hints=hints, groups=groups)
