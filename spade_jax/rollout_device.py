@@ -15,6 +15,7 @@ exactly the dense token sequence the host loop builds.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -500,7 +501,7 @@ class DeviceRollout:
 
   def __init__(self, env, model, tokenizer, sampling: SamplingConfig, rollout: RolloutConfig, *,
                observation_tokens: int | None = None, hint_prefix: Callable[[str | None], str] | None = None,
-               max_slots: int | None = None, compiler_options: dict | None = None):
+               max_slots: int | None = None, chunk_block: int = 64, compiler_options: dict | None = None):
     if sampling.stop_strings:
       raise ValueError("the device loop cannot apply stop_strings (host-side); use stop_token_ids")
     self.env, self.model, self.tokenizer = env, model, tokenizer
@@ -525,9 +526,11 @@ class DeviceRollout:
     g = self.glue
     self.reply_width = sampling.max_new_tokens
     self.chunk_width = max(len(v) for v in g.after_reply) + self.obs_width + len(g.before_reply)
+    self.chunk_block = min(chunk_block, self.chunk_width)
+    self.chunk_slots = -(-self.chunk_width // self.chunk_block) * self.chunk_block
     self.first_base = len(g.first_prefix) + self.obs_width + len(g.first_suffix)
     turns = rollout.max_turns
-    self.full_slots = lambda hint_width: self.first_base + hint_width + turns * (self.reply_width + self.chunk_width)
+    self.full_slots = lambda hint_width: self.first_base + hint_width + turns * (self.reply_width + self.chunk_slots)
     self.max_slots = max_slots
     self._programs: dict = {}
     self.use_rollout(rollout)
@@ -538,7 +541,7 @@ class DeviceRollout:
     if (rollout.max_turns, rollout.system_prompt) != (self.rollout.max_turns, self.rollout.system_prompt):
       raise ValueError("max_turns and system_prompt are compiled in; build a new DeviceRollout")
     # A row keeps playing while it holds fewer than max_context_tokens; one more turn adds at most this.
-    reach = min(self.full_slots(0), rollout.max_context_tokens + self.reply_width + self.chunk_width)
+    reach = min(self.full_slots(0), rollout.max_context_tokens + self.reply_width + self.chunk_slots)
     if reach > self.model.spec.max_position:
       raise ValueError(
           f"an episode can reach {reach} tokens, past the model's context of {self.model.spec.max_position}; "
@@ -553,7 +556,7 @@ class DeviceRollout:
       slots = self.full_slots(hint_width)
       if self.max_slots is not None:
         slots = min(slots, self.max_slots)
-      if slots < self.first_base + hint_width + self.reply_width + self.chunk_width:
+      if slots < self.first_base + hint_width + self.reply_width + self.chunk_slots:
         raise ValueError(f"max_slots={self.max_slots} leaves no room for one turn; raise it")
       run = jax.jit(self._run, static_argnums=0, static_argnames=("slots",),
                     compiler_options=self.compiler_options)
@@ -566,6 +569,8 @@ class DeviceRollout:
     env, glue, actions = self.env, self.glue, self.actions
     batch = reset_keys.shape[0]
     turns, reply_w, chunk_w = self.rollout.max_turns, self.reply_width, self.chunk_width
+    block = self.chunk_block
+    blocks = -(-chunk_w // block)
     mode = _Mode.of(self.sampling)
     env_params = env.default_params
     def render(records, kind):
@@ -585,9 +590,24 @@ class DeviceRollout:
     first_tokens, _, first_len = _place(first_pieces, first_w, right=False)
     tokens0, valid0, _ = _place(first_pieces, first_w, right=True)
     cache = KVCache.create(model.spec, batch, slots, jnp.dtype(self.sampling.cache_dtype))
+    windows = sorted({min(slots, -(-slots * k // (4 * block)) * block) for k in range(1, 5)})
+
+    def view_of(cache, width):
+      return KVCache(k=cache.k[:, :, :width], v=cache.v[:, :, :width], valid=cache.valid[:, :width],
+                     index=cache.index)
+
+    def merge(cache, view):
+      put = lambda full, part: jax.lax.dynamic_update_slice(full, part, (0,) * full.ndim)  # noqa: E731
+      return KVCache(k=put(cache.k, view.k), v=put(cache.v, view.v), valid=put(cache.valid, view.valid),
+                     index=view.index)
+
+    def in_window(width, cache, tokens, positions, valid):
+      """Append `tokens` through a view of the first `width` cache slots; logits of the last one."""
+      hidden, view = model.hidden_states(tokens, positions, valid, view_of(cache, width))
+      return merge(cache, view), model.logits(hidden[:, -1:])[:, 0]
+
     positions = jnp.maximum(jnp.cumsum(valid0, axis=1) - 1, 0)
-    hidden, cache = model.hidden_states(tokens0, positions, valid0, cache)
-    logits = model.logits(hidden[:, -1:])[:, 0]
+    cache, logits = in_window(first_w, cache, tokens0, positions, valid0)
 
     out = {
         "reply": jnp.zeros((turns, batch, reply_w), jnp.int32),
@@ -635,13 +655,19 @@ class DeviceRollout:
     def turn_cond(c):
       turn, _, _, n_real, done, *_ = c
       return (turn < turns) & jnp.any(~done & (n_real < max_context)) & (
-          c[1].index + reply_w + chunk_w <= slots)
+          c[1].index + reply_w + blocks * block <= slots)
 
     def turn_body(c):
       turn, cache, logits, n_real, done, states, overflow, out = c
       active = ~done & (n_real < max_context)
       turn_key = jax.random.fold_in(key, turn)
-      cache, dec_logits, n_real, toks, lps, count, variant = decode(cache, logits, n_real, active, turn_key)
+      def decode_in(width, cache, *args):
+        view, *rest = decode(view_of(cache, width), *args)
+        return (merge(cache, view), *rest)
+
+      rung = jnp.sum(jnp.asarray(windows) < cache.index + reply_w)
+      cache, dec_logits, n_real, toks, lps, count, variant = jax.lax.switch(
+          rung, [functools.partial(decode_in, w) for w in windows], cache, logits, n_real, active, turn_key)
       action, asked = actions(tables, toks, count, active)
       step_keys = jax.random.split(turn_key, batch)
       records, new_states, reward, terminated, _ = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))(
@@ -659,10 +685,23 @@ class DeviceRollout:
       pieces = [(after[variant], jnp.where(going, after_len[variant], 0)),
                 (obs_tokens, jnp.where(going, obs_len, 0)), _const_piece(glue.before_reply, batch, going)]
       chunk_left, _, chunk_len = _place(pieces, chunk_w, right=False)
-      chunk_right, chunk_valid, _ = _place(pieces, chunk_w, right=True)
+      padded_w = blocks * block
+      chunk_right, chunk_valid, _ = _place(pieces, padded_w, right=True)
       positions = n_real[:, None] + jnp.maximum(jnp.cumsum(chunk_valid, axis=1) - 1, 0)
-      hidden, cache = model.hidden_states(chunk_right, positions, chunk_valid, cache)
-      logits = jnp.where(going[:, None], model.logits(hidden[:, -1:])[:, 0], dec_logits)
+      # Only the blocks some row needs are run (the chunk width is a worst case over all observations).
+      needed = (jnp.max(chunk_len) + block - 1) // block
+
+      def append(j, carry):
+        cache, logits = carry
+        cut = lambda x: jax.lax.dynamic_slice_in_dim(x, j * block, block, axis=1)  # noqa: E731
+        # Attention costs queries x cache slots; run each block against the smallest window of
+        # slots (a few compiled sizes) that holds everything written so far.
+        rung = jnp.sum(jnp.asarray(windows) < cache.index + block)
+        branches = [functools.partial(in_window, w) for w in windows]
+        return jax.lax.switch(rung, branches, cache, cut(chunk_right), cut(positions), cut(chunk_valid))
+
+      cache, chunk_logits = jax.lax.fori_loop(blocks - needed, blocks, append, (cache, dec_logits))
+      logits = jnp.where(going[:, None], chunk_logits, dec_logits)
       n_real = n_real + chunk_len
       done = done | (active & finished)
 
