@@ -5,11 +5,20 @@ Produces the same `Trajectory` objects as the host loop in `spade_jax.rollout`.
 
 Cache layout (why it looks the way it does): the decoder's KV cache has one write index shared by the
 batch, while replies end at different lengths. Every turn therefore owns a run of slots: one slot per
-decode step (a row that already stopped writes an invalid slot there), then a fixed-width observation
-chunk of `chunk_width` slots in which each row's tokens are right-aligned behind invalid padding (so
-the chunk's last slot holds every continuing row's last token, whose logits start the next reply).
-Invalid slots are masked out of attention and positions count real tokens only, so each row sees
-exactly the dense token sequence the host loop builds.
+decode step (a row that already stopped writes an invalid slot there), then the observation chunk,
+in which each row's tokens are right-aligned behind invalid padding (so the chunk's last slot holds
+every continuing row's last token, whose logits start the next reply). The chunk is appended in
+blocks of `chunk_block` slots, only as many as the longest observation of the turn needs. Invalid
+slots are masked out of attention and positions count real tokens only, so each row sees exactly
+the dense token sequence the host loop builds. The cache is sized for the worst case; each decode
+and append runs against the smallest of four compiled windows of slots that holds what is written,
+since attention costs in proportion to the slots it sees.
+
+Tokenization: the first prompt and the text between turns come from the chat template exactly as
+`rollout.ChatStream` builds them; observations are tokenized fragment by fragment (template literals,
+table strings, one token per digit). With a byte-level tokenizer that equals tokenizing the whole
+text, so both loops give the same ids; with BPE (SmolLM2, Qwen) a merge across a fragment boundary
+can make the ids differ from the host loop's while decoding to the same text.
 """
 
 from __future__ import annotations
