@@ -3,7 +3,7 @@ compiled loop) against the host loop (`rollout.play_episodes` over `text_env()` 
 `Sampler` generate), same transpiled environment, model, batch, greedy decoding, same machine.
 
     .venv/bin/python benchmarks/rollout.py [--model tiny|smollm2-135m-instruct] [--env odd_one_out]
-        [--batch 16] [--turns 6] [--max-new-tokens 32] [--repeats 3]
+        [--batch 16] [--turns 6] [--max-new-tokens 32] [--repeats 3] [--cache-windows 4]
 
 Compile time is reported apart: the first call of each loop, timed alone. The tiny model is the
 `tiny` preset with its context raised to 8192 positions (random weights: replies never end early,
@@ -64,6 +64,7 @@ def main():
   parser.add_argument("--turns", type=int, default=6)
   parser.add_argument("--max-new-tokens", type=int, default=32)
   parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--cache-windows", type=int, default=4, help="compiled attention windows (1: fastest compile)")
   args = parser.parse_args()
 
   program = library_program(args.env)
@@ -74,7 +75,7 @@ def main():
   print(f"env {args.env}, model {args.model}, batch {args.batch}, {args.turns} turns, "
         f"{args.max_new_tokens} new tokens per turn, greedy; {jax.devices()[0].platform}")
 
-  runner = DeviceRollout(env, model, tokenizer, sampling, rollout)
+  runner = DeviceRollout(env, model, tokenizer, sampling, rollout, cache_windows=args.cache_windows)
   seeds = list(range(args.batch))
   _, device_first = timed(lambda: runner.play(seeds, 0))
   _, host_first = timed(lambda: host_episodes(env, model, tokenizer, sampling, rollout, seeds))

@@ -506,16 +506,27 @@ class DeviceRollout:
   Built once per (environment, model structure, tokenizer, configs); `play` can be called many times
   (parameters are read from the model on every call, so training updates are seen). A new batch
   size or hint width compiles a new program.
+
+  Options: observation_tokens (default: the environment's longest possible observation; a longer
+  one raises), hint_prefix (hint -> text appended to the first observation; default roles.with_hint),
+  max_slots (cap on cache slots; episodes still playing when it runs out end truncated and
+  cut_by_context), chunk_block (observation append block), cache_windows (compiled attention
+  windows; 1 for the fastest compile), compiler_options (passed to jax.jit).
   """
 
   def __init__(self, env, model, tokenizer, sampling: SamplingConfig, rollout: RolloutConfig, *,
                observation_tokens: int | None = None, hint_prefix: Callable[[str | None], str] | None = None,
-               max_slots: int | None = None, chunk_block: int = 64, compiler_options: dict | None = None):
+               max_slots: int | None = None, chunk_block: int = 64, cache_windows: int = 4,
+               compiler_options: dict | None = None):
     if sampling.stop_strings:
       raise ValueError("the device loop cannot apply stop_strings (host-side); use stop_token_ids")
     self.env, self.model, self.tokenizer = env, model, tokenizer
     self.sampling, self.rollout = sampling, rollout
     self.compiler_options = compiler_options
+    if chunk_block < 1 or cache_windows < 1:
+      raise ValueError(f"chunk_block and cache_windows must be >= 1, got {chunk_block}, {cache_windows}")
+    # Each window compiles the model twice more (decode, append): fewer windows, faster compiles.
+    self.cache_windows = cache_windows
     spec = model.spec
     eos = tuple(int(i) for i in tokenizer.eos_token_ids)
     stops = () if sampling.ignore_eos else eos
@@ -599,7 +610,8 @@ class DeviceRollout:
     first_tokens, _, first_len = _place(first_pieces, first_w, right=False)
     tokens0, valid0, _ = _place(first_pieces, first_w, right=True)
     cache = KVCache.create(model.spec, batch, slots, jnp.dtype(self.sampling.cache_dtype))
-    windows = sorted({min(slots, -(-slots * k // (4 * block)) * block) for k in range(1, 5)})
+    n = self.cache_windows
+    windows = sorted({min(slots, -(-slots * k // (n * block)) * block) for k in range(1, n + 1)})
 
     def view_of(cache, width):
       return KVCache(k=cache.k[:, :, :width], v=cache.v[:, :, :width], valid=cache.valid[:, :width],
@@ -839,7 +851,8 @@ def play_episodes_device(
 ) -> list[Trajectory]:
   """Plays one episode per seed of a transpiled environment (`jaxenv.transpile`) inside one compiled
   loop; same trajectories as `rollout.play_episodes` over `env.text_env()` instances. `options` go to
-  `DeviceRollout` (observation_tokens, hint_prefix, max_slots, compiler_options)."""
+  `DeviceRollout` (observation_tokens, hint_prefix, max_slots, chunk_block, cache_windows,
+  compiler_options)."""
   graphdef, _ = nnx.split(model)
   cache_key = (id(env), id(tokenizer), graphdef, sampling, rollout.max_turns, rollout.system_prompt,
                repr(sorted(options.items())))
