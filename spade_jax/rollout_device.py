@@ -842,6 +842,7 @@ def _bucket(size: int, smallest: int = 16) -> int:
 
 
 _ROLLOUTS: dict = {}
+_MAX_RUNNERS = 16  # compiled device loops kept by play_episodes_device (oldest dropped first)
 
 
 def play_episodes_device(
@@ -857,6 +858,9 @@ def play_episodes_device(
   cache_key = (id(env), id(tokenizer), graphdef, sampling, rollout.max_turns, rollout.system_prompt,
                repr(sorted(options.items())))
   if cache_key not in _ROLLOUTS:
+    # Runners hold their env and tokenizer, so the ids in the key stay theirs; keep only a few.
+    while len(_ROLLOUTS) >= _MAX_RUNNERS:
+      _ROLLOUTS.pop(next(iter(_ROLLOUTS)))
     _ROLLOUTS[cache_key] = DeviceRollout(env, model, tokenizer, sampling, rollout, **options)
   runner = _ROLLOUTS[cache_key]
   runner.model = model
