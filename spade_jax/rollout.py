@@ -107,16 +107,21 @@ class ChatStream:
     ended_with_eos = bool(reply_tokens) and reply_tokens[-1] in self.tokenizer.eos_token_ids
     eos_text = self.tokenizer.decode(reply_tokens[-1:], skip_special_tokens=False) if ended_with_eos else ""
     content = self.tokenizer.decode(reply_tokens, skip_special_tokens=True)
-    self.messages.append({"role": "assistant", "content": content})
-    through_reply = self._render(self.messages, False)
-    self.messages.append({"role": "user", "content": user_text})
-    following = self._render(self.messages, True)
-    end = through_reply.rfind(content) + len(content) if content else len(through_reply)
-    tail = through_reply[end:]  # the template's end-of-turn text after the reply
+    # Locate the end of the reply through a placeholder, so that short or empty replies (which
+    # may also occur inside the template's own text) are found at the right place.
+    history = self.messages
+    placed = [*history, {"role": "assistant", "content": _PLACEHOLDER}]
+    through_reply = self._render(placed, False)
+    following = self._render([*placed, {"role": "user", "content": user_text}], True)
+    tail = through_reply[through_reply.index(_PLACEHOLDER) + len(_PLACEHOLDER):]
     if ended_with_eos and tail.startswith(eos_text):
       tail = tail[len(eos_text):]
     delta = tail + following[len(through_reply):]
+    self.messages = [*history, {"role": "assistant", "content": content}, {"role": "user", "content": user_text}]
     return self.tokenizer.encode(delta, add_special_tokens=False)
+
+
+_PLACEHOLDER = "\ue000spade-reply\ue001"
 
 
 def _step_all(executor, envs, actions):
@@ -149,7 +154,7 @@ def play_episodes(
   hints = list(hints) if hints is not None else [None] * n
   groups = list(groups) if groups is not None else list(range(n))
   if format_observation is None:
-    from spade_jax.roles import agent_observation as format_observation  # noqa: PLC0415
+    from spade_jax.roles import with_hint as format_observation  # noqa: PLC0415
 
   trajectories: list[Trajectory] = []
   streams: list[ChatStream] = []
@@ -174,7 +179,10 @@ def play_episodes(
       live.append(i)
 
     for _turn in range(config.max_turns):
-      live = [i for i in live if len(trajectories[i].tokens) < config.max_context_tokens]
+      for i in live:
+        if len(trajectories[i].tokens) >= config.max_context_tokens:  # out of context: cut
+          trajectories[i].truncated = trajectories[i].cut_by_context = True
+      live = [i for i in live if not trajectories[i].cut_by_context]
       if not live:
         break
       replies = generate([trajectories[i].tokens for i in live])

@@ -117,3 +117,21 @@ def test_hint_goes_into_the_first_observation_only(tokenizer):
   play_episodes([env], [0], _Scripted(tokenizer, [["\\boxed{up}"]]), tokenizer, RolloutConfig(max_turns=3),
                 hints=["go around"], format_observation=fmt)
   assert seen[0] == "go around" and all(h is None for h in seen[1:])
+
+
+@pytest.mark.parametrize("reply", ["", "d", ">", "\n", "assistant"])
+def test_short_replies_that_also_occur_in_the_template_get_the_right_glue(tokenizer, reply):
+  stream = ChatStream(tokenizer)
+  tokens = stream.first_turn("obs")
+  ids = _reply(tokenizer, reply)
+  tokens += ids + stream.next_turn(ids, "next")
+  messages = [{"role": "user", "content": "obs"}, {"role": "assistant", "content": reply},
+              {"role": "user", "content": "next"}]
+  assert tokens == tokenizer.encode_chat(messages, add_generation_prompt=True)
+
+
+def test_an_episode_cut_by_the_context_budget_is_truncated_with_no_loss(tokenizer):
+  (traj,) = play_episodes([load_library_env("grid_maze")], [0], _Scripted(tokenizer, [["x" * 50]]), tokenizer,
+                          RolloutConfig(max_turns=20, max_context_tokens=400),
+                          format_observation=lambda obs, hint: obs)
+  assert traj.truncated and traj.cut_by_context and not any(traj.loss_mask)
