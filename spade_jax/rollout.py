@@ -1,7 +1,7 @@
 """Multi-turn episodes in chat format: observation as user turn, agent reply as assistant turn.
 
 Owns the host loop (one batched generation per turn over all live episodes, environment steps run
-concurrently) and the trajectory format the RL update consumes; the device loop lives in jaxenv.
+concurrently) and the trajectory format the RL update consumes; the device loop is rollout_device.py.
 """
 
 from __future__ import annotations
