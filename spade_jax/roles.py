@@ -1,8 +1,9 @@
-"""The three roles one model plays: designer (writes or edits an environment), hint writer, agent.
-Builds each role's chat messages within a small model's context and parses what each role writes."""
+"""The three roles one model plays: designer (writes, rewrites or tunes an environment), hint writer,
+agent. Builds each role's chat messages within a small model's context and parses what each role writes."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 from typing import Any, Sequence
@@ -18,6 +19,8 @@ Messages = list[dict[str, str]]
 class RolesConfig:
     edit_prob: float = 0.8  # chance a design is an edit of a past or library environment (ACCEL-style) rather than written from nothing
     edit_from_memory_prob: float = 0.5  # in edit mode, chance the base comes from memory (when it has positives) instead of the library
+    tune_prob: float = 0.0  # share of edits that only retune the base's UPPERCASE constants (ACCEL's small edits); the rest are full rewrites
+    tune_max_new_tokens: int = 160  # designer token budget of a tune reply (a few `NAME = value` lines), sampled in its own batch
     repair: bool = True  # give an invalid program one repair turn (the repaired program feeds the agent, not the designer's reward)
     max_hint_sentences: int = 3  # hints are cut to this many sentences
     max_prompt_chars: int = 18_000  # designer prompt budget (~5k tokens: leaves ~3k of an 8k context for the program)
@@ -29,11 +32,13 @@ class RolesConfig:
     library_example: bool = True  # show one library environment in write mode
 
     def __post_init__(self):
-        for name in ("edit_prob", "edit_from_memory_prob"):
+        for name in ("edit_prob", "edit_from_memory_prob", "tune_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"roles.{name} must be in [0, 1], got {getattr(self, name)}")
         if self.max_hint_sentences < 1:
             raise ValueError("roles.max_hint_sentences must be >= 1")
+        if self.tune_max_new_tokens < 1:
+            raise ValueError(f"roles.tune_max_new_tokens must be >= 1, got {self.tune_max_new_tokens}")
         if min(self.max_prompt_chars, self.doc_max_chars, self.example_max_chars, self.memory_example_max_chars,
                self.hint_source_max_chars) < 1 or self.doc_min_chars < 0:
             raise ValueError("roles character budgets must be positive")
@@ -103,13 +108,13 @@ def _skill_line(skill: str) -> str:
     return f"Skill to train: {skill}" + (f" ({description})." if description else ".")
 
 
-def _edit_instruction(win_rate: float | None, low: float = 0.4, high: float = 0.6) -> str:
+def _edit_instruction(win_rate: float | None, low: float = 0.4, high: float = 0.6, lead: str = "Rewrite it into") -> str:
     # ACCEL edits toward the frontier: harder when the agent wins too often, easier when it rarely does.
     if win_rate is None or np.isnan(win_rate) or win_rate > high:
-        return "Rewrite it into a HARDER variant: more steps, larger state or a less obvious rule."
+        return f"{lead} a HARDER variant: more steps, larger state or a less obvious rule."
     if win_rate < low:
-        return "Rewrite it into an EASIER variant: fewer steps, a smaller state or clearer feedback."
-    return "Rewrite it into a DIFFERENT variant of similar difficulty: change the rules, the state or the goal."
+        return f"{lead} an EASIER variant: fewer steps, a smaller state or clearer feedback."
+    return f"{lead} a DIFFERENT variant of similar difficulty: change the rules, the state or the goal."
 
 
 def designer_prompt(
@@ -127,13 +132,16 @@ def designer_prompt(
 
     `positives` and `negative` are memory records (with .source, .win_rate, .regret, .skill). In
     "write" mode the designer sees the library example, the positives and the negative; in "edit"
-    mode it sees `base_program` and is asked for a harder, easier or different variant. The
-    grounding document fills whatever the prompt budget leaves, within [doc_min_chars, doc_max_chars].
+    mode it sees `base_program` and is asked for a harder, easier or different variant; "tune" mode
+    is `tune_prompt` (new values for the base's constants; no document). The grounding document
+    fills whatever the prompt budget leaves, within [doc_min_chars, doc_max_chars].
     """
-    if mode not in ("write", "edit"):
-        raise ValueError(f"designer mode must be 'write' or 'edit', got {mode!r}")
-    if mode == "edit" and not base_program:
-        raise ValueError("edit mode needs base_program (the environment to rewrite)")
+    if mode not in ("write", "edit", "tune"):
+        raise ValueError(f"designer mode must be 'write', 'edit' or 'tune', got {mode!r}")
+    if mode in ("edit", "tune") and not base_program:
+        raise ValueError(f"{mode} mode needs base_program (the environment to {'rewrite' if mode == 'edit' else 'tune'})")
+    if mode == "tune":
+        return tune_prompt(skill, base_program, base_win_rate, cfg)
     sections: list[str] = [_skill_line(skill)]
     if mode == "edit":
         sections.append(
@@ -222,6 +230,239 @@ def repair_prompt(source: str, errors: Sequence[str], cfg: RolesConfig = RolesCo
 
 
 # ---------------------------------------------------------------------------------------------
+# Tune mode: new values for a program's constants (ACCEL's small edits)
+# ---------------------------------------------------------------------------------------------
+
+TUNER_SYSTEM = (
+    "You tune text games (reinforcement-learning environments) that train a reasoning agent. "
+    "A good game is solvable, needs several steps of thinking, and is neither trivial nor hopeless. "
+    "You change a game only by giving its constants new values."
+)
+
+NO_CHANGE_ERROR = (
+    "no change: the reply gave no constant of the base program a new value of the same type "
+    "(reply with lines like `NAME = value` for the listed constants)"
+)
+
+_CONSTANT_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_ASSIGNMENT_LINE = re.compile(r"(?<![\w.])([A-Z][A-Z0-9_]*)\s*(?::\s*[A-Za-z_][\w.\[\],]*)?\s*=(?!=)\s*(.*)")
+_FENCE = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_TUNE_LIST_MAX = 12  # constants listed in a tune prompt
+_TUNE_VALUE_MAX_CHARS = 160  # longer values (big tables) are not offered for tuning
+
+
+def _constant_nodes(tree: ast.Module) -> dict[str, ast.expr]:
+    """Value nodes of the UPPERCASE literal assignments at module level and in top-level classes.
+    A name assigned more than once there is left out: which one to rewrite would be a guess."""
+    found: dict[str, list[ast.expr]] = {}
+    bodies = [tree.body] + [node.body for node in tree.body if isinstance(node, ast.ClassDef)]
+    for body in bodies:
+        for node in body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target, value = node.targets[0], node.value
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                target, value = node.target, node.value
+            else:
+                continue
+            if isinstance(target, ast.Name) and _CONSTANT_NAME.match(target.id):
+                found.setdefault(target.id, []).append(value)
+    nodes = {}
+    for name, values in found.items():
+        if len(values) != 1:
+            continue
+        try:
+            ast.literal_eval(values[0])
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+        nodes[name] = values[0]
+    return nodes
+
+
+def tunable_constants(source: str) -> dict[str, Any]:
+    """The program's tunable constants in source order: UPPERCASE names assigned once, at module level
+    or in a top-level class body, to a Python literal ({} when the source does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    return {name: ast.literal_eval(node) for name, node in _constant_nodes(tree).items()}
+
+
+def _fits(old: Any, new: Any) -> bool:
+    """Whether `new` may replace `old`: the same type (a float also takes an int), and in a container
+    whose items share one type, items of that type."""
+    if isinstance(old, float) and type(new) is int:
+        return True
+    if type(old) is not type(new):
+        return False
+    if isinstance(old, dict):
+        return _fits_items(list(old), list(new)) and _fits_items(list(old.values()), list(new.values()))
+    if isinstance(old, (list, tuple, set, frozenset)):
+        return _fits_items(list(old), list(new))
+    return True
+
+
+def _fits_items(old: list, new: list) -> bool:
+    if not old or len({type(x) for x in old}) != 1:
+        return True  # an empty or mixed container says nothing about its items
+    return all(_fits(old[0], x) for x in new)
+
+
+def _literal_prefix(text: str) -> tuple[bool, Any]:
+    """The longest prefix of `text` that is a Python literal (a value followed by a comment, a
+    closing backtick or prose); (False, None) when none is."""
+    text = text.strip()[:500]
+    cuts = [len(text)] + [i for i in range(len(text) - 1, 0, -1) if text[i] in " \t#,;`"]
+    for cut in cuts:
+        piece = text[:cut].strip().rstrip("`").strip()
+        if not piece:
+            continue
+        try:
+            return True, ast.literal_eval(piece)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+    return False, None
+
+
+def _segments(text: str) -> list[tuple[bool, str]]:
+    """The reply cut into (is_code, text) pieces in order: fenced blocks and the prose around them."""
+    pieces, at = [], 0
+    for match in _FENCE.finditer(text):
+        pieces.append((False, text[at:match.start()]))
+        pieces.append((True, match.group(1)))
+        at = match.end()
+    pieces.append((False, text[at:]))
+    return [(code, piece) for code, piece in pieces if piece.strip()]
+
+
+def parse_tuning(reply_text: str) -> dict[str, Any]:
+    """Every `NAME = literal` assignment in a tune reply, in order, the last one of a name winning.
+    A code block that parses is read with `ast` (multi-line values work); other text line by line."""
+    assignments: dict[str, Any] = {}
+
+    def put(name: str, value: Any) -> None:
+        assignments.pop(name, None)  # re-insert so the order is that of the last assignment
+        assignments[name] = value
+
+    for is_code, piece in _segments(_strip_thinking(reply_text)):
+        tree = None
+        if is_code:
+            try:
+                tree = ast.parse(piece)
+            except (SyntaxError, ValueError):
+                tree = None
+        if tree is not None:
+            nodes = [n for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None]
+            for node in sorted(nodes, key=lambda n: (n.lineno, n.col_offset)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                try:
+                    value = ast.literal_eval(node.value)
+                except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                    continue
+                for target in targets:
+                    if isinstance(target, ast.Name) and _CONSTANT_NAME.match(target.id):
+                        put(target.id, value)
+            continue
+        for line in piece.splitlines():
+            match = _ASSIGNMENT_LINE.search(line)
+            if match:
+                ok, value = _literal_prefix(match.group(2))
+                if ok:
+                    put(match.group(1), value)
+    return assignments
+
+
+def _value_text(old: Any, new: Any) -> str:
+    return repr(float(new) if isinstance(old, float) else new)
+
+
+def apply_tuning(base_source: str, reply_text: str) -> str:
+    """The base program with the reply's assignments written over its tunable constants.
+
+    Only the value of each assignment is replaced (by its span in the ast), so indentation, the
+    annotation, inline comments and every other line stay as they were. Unknown names, non-literal
+    values, values of another type and values equal to the current one are ignored; when nothing is
+    left the base source comes back unchanged (`designer_program` then rejects it as no change).
+    """
+    try:
+        tree = ast.parse(base_source)
+    except (SyntaxError, ValueError):
+        return base_source
+    nodes = _constant_nodes(tree)
+    edits = []  # (value node, new value text)
+    for name, new in parse_tuning(reply_text).items():
+        node = nodes.get(name)
+        if node is None:
+            continue
+        old = ast.literal_eval(node)
+        if _fits(old, new) and not (type(old) is type(new) and old == new):
+            edits.append((node, _value_text(old, new)))
+    if not edits:
+        return base_source
+    # ast columns count UTF-8 bytes: cut the byte form of each line.
+    lines = [line.encode("utf-8") for line in base_source.splitlines(keepends=True)]
+    for node, text in sorted(edits, key=lambda e: (e[0].lineno, e[0].col_offset), reverse=True):
+        head = lines[node.lineno - 1][: node.col_offset]
+        tail = lines[node.end_lineno - 1][node.end_col_offset :]
+        lines[node.lineno - 1 : node.end_lineno] = [head + text.encode("utf-8") + tail]
+    return b"".join(lines).decode("utf-8")
+
+
+def _constant_lines(source: str) -> list[str]:
+    """`NAME = value  # comment` for the constants a tune prompt offers (short values only)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    raw = source.splitlines()
+    lines = []
+    for name, node in _constant_nodes(tree).items():
+        text = repr(ast.literal_eval(node))
+        if len(text) > _TUNE_VALUE_MAX_CHARS:
+            continue
+        rest = raw[node.end_lineno - 1].encode("utf-8")[node.end_col_offset :].decode("utf-8", "replace").strip()
+        lines.append(f"{name} = {text}" + (f"  {rest}" if rest.startswith("#") else ""))
+    return lines[:_TUNE_LIST_MAX]
+
+
+def tune_prompt(skill: str, base_program: str, base_win_rate: float | None = None,
+                cfg: RolesConfig = RolesConfig()) -> Messages:
+    """Chat messages asking the designer for new values of `base_program`'s constants: the program,
+    the list of its constants with their current values, and the harder/easier/different instruction."""
+    constants = _constant_lines(base_program)
+    if not constants:
+        raise ValueError("tune mode needs a base program with UPPERCASE literal constants; use edit mode for this one")
+    rate = (f" (agent win rate {base_win_rate:.2f})" if base_win_rate is not None and not np.isnan(base_win_rate)
+            else "")
+    sections = [
+        _skill_line(skill),
+        f"Environment to tune{rate}:\n" + _code_block(base_program, cfg.example_max_chars),
+        "Its constants, with their current values:\n" + "\n".join(constants),
+        _edit_instruction(base_win_rate, lead="Tune it into")
+        + " Change one to three of these constants; keep every turn limit at most 25 and the game solvable. "
+        "Reply with only the changed constants, one `NAME = value` line each, in one ```python block.",
+    ]
+    return [
+        {"role": "system", "content": TUNER_SYSTEM},
+        {"role": "user", "content": "\n\n".join(sections)},
+    ]
+
+
+def designer_program(request: "DesignRequest", reply_text: str) -> tuple[str, str | None]:
+    """The program a designer reply stands for, and why it is rejected before validation (None when
+    it is not). A tune reply is applied to the request's base; one that changes nothing is rejected
+    with NO_CHANGE_ERROR (program ''): a copy of the base teaches nothing, so it scores as invalid."""
+    if request.mode != "tune":
+        return parse_designer_output(reply_text), None
+    if not request.base_source:
+        raise ValueError("a tune request needs base_source (the program its reply is applied to)")
+    tuned = apply_tuning(request.base_source, reply_text)
+    if tuned == request.base_source:
+        return "", NO_CHANGE_ERROR
+    return tuned, None
+
+
+# ---------------------------------------------------------------------------------------------
 # Choosing what the designer is shown
 # ---------------------------------------------------------------------------------------------
 
@@ -231,12 +472,13 @@ class DesignRequest:
     """One designer prompt with what went into it (for the environment archive and logs)."""
 
     skill: str
-    mode: str  # "write" or "edit"
+    mode: str  # "write", "edit" (full rewrite of a base) or "tune" (new values for the base's constants)
     messages: Messages
     document_title: str | None
-    base_name: str | None  # env id or library name of the edited environment (edit mode)
+    base_name: str | None  # env id or library name of the edited environment (edit and tune modes)
     positive_ids: tuple[str, ...]
     negative_id: str | None
+    base_source: str | None = None  # the base program (edit and tune modes); a tune reply is applied to it
 
 
 def _library_items() -> list[Any]:
@@ -258,8 +500,9 @@ def design_request(
     negatives: int = 1,
 ) -> DesignRequest:
     """Sample everything one designer prompt needs (mode, document, memory examples, library
-    example or edit base) and build it. `library` items have .name, .skill and .source; None means
-    spade_jax.envs.library's programs."""
+    example or edit base) and build it. Modes: "edit" with chance `edit_prob` (when there is a base),
+    of which a share `tune_prob` are "tune"; else "write". `library` items have .name, .skill and
+    .source; None means spade_jax.envs.library's programs. A tune prompt shows no document."""
     library = _library_items() if library is None else list(library)
     document = corpus.sample(rng) if corpus is not None else None
     pos, neg = memory.sample_for_designer(rng, positives, negatives, skill) if memory is not None else ([], [])
@@ -274,8 +517,14 @@ def design_request(
         else:
             item = fitting[int(rng.integers(len(fitting)))]
             base_name, base_source, base_w = item.name, item.source, None
+        # A base without constants to tune (a program written from nothing may have none) is rewritten.
+        # No draw when tune_prob is 0, so configs without tune mode sample exactly as before.
+        if cfg.tune_prob > 0 and rng.random() < cfg.tune_prob and _constant_lines(base_source):
+            messages = tune_prompt(skill, base_source, base_w, cfg)
+            return DesignRequest(skill, "tune", messages, None, base_name, (), None, base_source)
         messages = designer_prompt(skill, document, mode="edit", base_program=base_source, base_win_rate=base_w, cfg=cfg)
-        return DesignRequest(skill, "edit", messages, document.title if document else None, base_name, (), None)
+        return DesignRequest(skill, "edit", messages, document.title if document else None, base_name, (), None,
+                             base_source)
     example = fitting[int(rng.integers(len(fitting)))].source if fitting else None
     messages = designer_prompt(skill, document, pos, negative, example, mode="write", cfg=cfg)
     return DesignRequest(

@@ -126,19 +126,28 @@ class SelfPlay:
         for i in range(cfg.pool_size)
     ]
     prompts = [self.policy.chat_tokens(r.messages) for r in requests]
-    result = self.policy.generate(prompts, cfg.designer_sampling, self._key("designer"))
+    # Tune replies are a few assignments: they are sampled in their own batch with a small budget.
+    budgets = [cfg.roles.tune_max_new_tokens if r.mode == "tune" else cfg.designer_sampling.max_new_tokens
+               for r in requests]
+    rows: list = [None] * len(requests)  # (prompt length used, tokens, logprobs, text) per request
+    for budget in sorted(set(budgets)):
+      picked = [i for i, b in enumerate(budgets) if b == budget]
+      sampling = dataclasses.replace(cfg.designer_sampling, max_new_tokens=budget)
+      part = self.policy.generate([prompts[i] for i in picked], sampling, self._key("designer"))
+      for j, i in enumerate(picked):
+        rows[i] = (part.prompt_lengths[j], part.tokens[j], part.logprobs[j], part.texts[j])
+    texts = [row[3] for row in rows]
     pool = []
-    for request, prompt, used, tokens, logprobs, text in zip(
-        requests, prompts, result.prompt_lengths, result.tokens, result.logprobs, result.texts
-    ):
-      source = roles.parse_designer_output(text)
-      env = self.check(PoolEnv(self._new_id("env"), request.skill, "designer", source, False))
+    for request, prompt, (used, tokens, logprobs, text) in zip(requests, prompts, rows):
+      source, rejected = roles.designer_program(request, text)  # a tune reply is applied to its base
+      env = PoolEnv(self._new_id("env"), request.skill, "designer", source, False)
+      env = self.check(env) if rejected is None else dataclasses.replace(env, errors=[rejected])
       # The prompt as the sampler saw it (Policy.generate keeps the tail of an over-long prompt).
       env.designer_sample = {"prompt": prompt[len(prompt) - used:], "tokens": tokens, "logprobs": logprobs}
       pool.append(env)
     if cfg.roles.repair:
       self.repair([e for e in pool if not e.valid and e.source])
-    for env, request, text in zip(pool, requests, result.texts):
+    for env, request, text in zip(pool, requests, texts):
       self.archive.add(env.source or text, {
           "env_id": env.env_id, "iteration": self.iteration, "skill": env.skill, "mode": request.mode,
           "base": request.base_name, "valid": env.valid, "backend": env.backend, "errors": env.errors,
