@@ -2,10 +2,12 @@
 SmolLM2-135M weights from the embedded GGUF, float32, greedy), prompt ~40 tokens + 64 new tokens.
 
     .venv/bin/python benchmarks/generate.py [--batches 1,16] [--new-tokens 64] [--repeats 3]
+        [--torch-threads N] [--dtype float32|bfloat16]
 
 Prints tokens/s for both and their ratio per batch size; our compile time is reported separately
 (first call minus a steady call). Both sides generate exactly --new-tokens per row (EOS ignored /
-suppressed) so they do the same work. On a GPU backend it also prints decode-only tokens/s and the
+suppressed) so they do the same work. `--dtype bfloat16` runs our side with bf16 weights and
+activations (float32 accumulation) against the same float32 baseline: a speed option, not parity. On a GPU backend it also prints decode-only tokens/s and the
 fraction of the HBM-bandwidth roofline (weights + KV cache read once per decode step).
 """
 
@@ -21,10 +23,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from spade_jax.models.registry import EMBEDDED_GGUF, embedded_gguf_path, load_model  # noqa: E402
-from spade_jax.sampling import Sampler, SamplingConfig  # noqa: E402
+from spade_jax.sampling import Sampler, SamplingConfig, _bucket  # noqa: E402
 
 QUESTIONS = [
     "What is the capital of France?", "Name three primary colors.", "How many legs does a spider have?",
@@ -104,7 +107,8 @@ def gpu_roofline(model, spec, tokenizer, batch, new_tokens, prompt_len, steady_s
   kind = getattr(device, "device_kind", "")
   bandwidth = next((v for k, v in HBM_BYTES_PER_S.items() if k in kind), None)
   param_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(model))
-  slots = 64 * -(-prompt_len // 64) + 64 * -(-new_tokens // 64)
+  config = SamplingConfig()
+  slots = _bucket(prompt_len, config.prompt_buckets, "prompt") + 64 * -(-new_tokens // 64)
   kv_bytes = 2 * spec.num_layers * batch * slots * spec.num_kv_heads * spec.head_dim * 4
   decode_s = max(steady_s - prefill_s, 1e-9)
   tok_s = batch * (new_tokens - 1) / decode_s
@@ -121,12 +125,15 @@ def main():
   parser.add_argument("--new-tokens", type=int, default=64)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--skip-transformers", action="store_true")
+  parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                      help="our weights and activations (the baseline stays float32)")
   parser.add_argument("--torch-threads", type=int, default=0,
                       help="torch.set_num_threads for the baseline (0: PyTorch's default); on a loaded "
                            "machine 1 avoids OpenMP oversubscription that slows PyTorch far more than XLA")
   args = parser.parse_args()
 
-  model, tokenizer, spec = load_model("smollm2-135m-instruct")
+  dtype = jnp.dtype(args.dtype)
+  model, tokenizer, spec = load_model("smollm2-135m-instruct", dtype=dtype, param_dtype=dtype)
   print(f"backend={jax.default_backend()} devices={len(jax.devices())} cpus={os.cpu_count()} "
         f"load average={os.getloadavg()[0]:.1f} (other processes share these cores)")
   rows = []
@@ -134,7 +141,8 @@ def main():
     prompts = _prompts(tokenizer, batch)
     mean_len = float(np.mean([len(p) for p in prompts]))
     ours = bench_ours(model, tokenizer, prompts, args.new_tokens, args.repeats)
-    row = {"batch": batch, "prompt_tokens": mean_len, "new_tokens": args.new_tokens, "ours": ours}
+    row = {"batch": batch, "prompt_tokens": mean_len, "new_tokens": args.new_tokens, "ours": ours,
+           "dtype": args.dtype}
     if jax.default_backend() != "cpu":
       one = bench_ours(model, tokenizer, prompts, 1, args.repeats)
       row["gpu"] = gpu_roofline(model, spec, tokenizer, batch, args.new_tokens, max(map(len, prompts)),
@@ -145,7 +153,7 @@ def main():
       row["transformers"] = ref
       row["ratio"] = ours["tokens_per_s"] / ref["tokens_per_s"]
     rows.append(row)
-    line = (f"batch {batch:3d} prompt ~{mean_len:.0f} tok + {args.new_tokens} new: ours "
+    line = (f"batch {batch:3d} prompt ~{mean_len:.0f} tok + {args.new_tokens} new: ours ({args.dtype}) "
             f"{ours['tokens_per_s']:7.1f} tok/s (compile {ours['compile_s']:.1f} s)")
     if "transformers" in row:
       line += (f" | transformers ({row['transformers']['threads']} threads) "

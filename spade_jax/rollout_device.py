@@ -613,19 +613,10 @@ class DeviceRollout:
     n = self.cache_windows
     windows = sorted({min(slots, -(-slots * k // (n * block)) * block) for k in range(1, n + 1)})
 
-    def view_of(cache, width):
-      return KVCache(k=cache.k[:, :, :width], v=cache.v[:, :, :width], valid=cache.valid[:, :width],
-                     index=cache.index)
-
-    def merge(cache, view):
-      put = lambda full, part: jax.lax.dynamic_update_slice(full, part, (0,) * full.ndim)  # noqa: E731
-      return KVCache(k=put(cache.k, view.k), v=put(cache.v, view.v), valid=put(cache.valid, view.valid),
-                     index=view.index)
-
     def in_window(width, cache, tokens, positions, valid):
       """Append `tokens` through a view of the first `width` cache slots; logits of the last one."""
-      hidden, view = model.hidden_states(tokens, positions, valid, view_of(cache, width))
-      return merge(cache, view), model.logits(hidden[:, -1:])[:, 0]
+      hidden, view = model.hidden_states(tokens, positions, valid, cache.window(width))
+      return cache.merge(view), model.logits(hidden[:, -1:])[:, 0]
 
     positions = jnp.maximum(jnp.cumsum(valid0, axis=1) - 1, 0)
     cache, logits = in_window(first_w, cache, tokens0, positions, valid0)
@@ -683,8 +674,8 @@ class DeviceRollout:
       active = ~done & (n_real < max_context)
       turn_key = jax.random.fold_in(key, turn)
       def decode_in(width, cache, *args):
-        view, *rest = decode(view_of(cache, width), *args)
-        return (merge(cache, view), *rest)
+        view, *rest = decode(cache.window(width), *args)
+        return (cache.merge(view), *rest)
 
       rung = jnp.sum(jnp.asarray(windows) < cache.index + reply_w)
       cache, dec_logits, n_real, toks, lps, count, variant = jax.lax.switch(

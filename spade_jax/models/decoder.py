@@ -17,6 +17,13 @@ from spade_jax.models.spec import ModelSpec
 _MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite, so fully padded rows stay NaN-free
 
 
+def matmul(x, w):
+  """x @ w accumulated in float32 and returned in x's dtype. Asking for a float32 result is what
+  lets XLA:CPU use its bf16 dot-product kernels (a bf16-out matmul falls back to a path ~7x slower);
+  accelerators accumulate in float32 anyway."""
+  return jnp.matmul(x, w, preferred_element_type=jnp.float32).astype(x.dtype)
+
+
 def _param(rngs: nnx.Rngs, shape, axes, param_dtype, scale: float | None = None, init="normal"):
   if init == "ones":
     value = jnp.ones(shape, param_dtype)
@@ -30,26 +37,42 @@ def _param(rngs: nnx.Rngs, shape, axes, param_dtype, scale: float | None = None,
 
 @flax.struct.dataclass
 class KVCache:
-  """Preallocated keys and values for all layers; slots are shared by the batch (prompts are left-padded)."""
+  """Preallocated keys and values for all layers; slots are shared by the batch (prompts are left-padded).
 
-  k: jax.Array  # [layers, batch, slots, kv_heads, head_dim]
-  v: jax.Array  # [layers, batch, slots, kv_heads, head_dim]
+  Both are laid out as the attention matmuls read them (keys with slots last, values with slots
+  before head_dim), so a decode step reads the cache in place instead of transposing a copy of it
+  in every layer.
+  """
+
+  k: jax.Array  # [layers, batch, kv_heads, head_dim, slots]
+  v: jax.Array  # [layers, batch, kv_heads, slots, head_dim]
   valid: jax.Array  # [batch, slots] bool: the slot holds a real token
   index: jax.Array  # int32 scalar: next slot to write
 
   @classmethod
   def create(cls, spec: ModelSpec, batch: int, slots: int, dtype=jnp.float32) -> "KVCache":
-    shape = (spec.num_layers, batch, slots, spec.num_kv_heads, spec.head_dim)
+    heads = (spec.num_layers, batch, spec.num_kv_heads)
     return cls(
-        k=jnp.zeros(shape, dtype),
-        v=jnp.zeros(shape, dtype),
+        k=jnp.zeros((*heads, spec.head_dim, slots), dtype),
+        v=jnp.zeros((*heads, slots, spec.head_dim), dtype),
         valid=jnp.zeros((batch, slots), bool),
         index=jnp.zeros((), jnp.int32),
     )
 
   @property
   def slots(self) -> int:
-    return self.k.shape[2]
+    return self.valid.shape[1]
+
+  def window(self, width: int) -> "KVCache":
+    """The first `width` slots: a smaller cache to attend over while fewer are filled."""
+    return KVCache(k=self.k[..., :width], v=self.v[..., :width, :], valid=self.valid[:, :width],
+                   index=self.index)
+
+  def merge(self, view: "KVCache") -> "KVCache":
+    """This cache with an (updated) `window` view written back over its first slots."""
+    put = lambda full, part: jax.lax.dynamic_update_slice(full, part, (0,) * full.ndim)  # noqa: E731
+    return KVCache(k=put(self.k, view.k), v=put(self.v, view.v), valid=put(self.valid, view.valid),
+                   index=view.index)
 
 
 def _rope_kind(spec: ModelSpec) -> str:
@@ -169,9 +192,9 @@ class Attention(nnx.Module):
   def __call__(self, x_bte, positions_bt, inv_freq, mask_bts, layer_cache):
     """Returns the attention output and the (possibly updated) cache arrays, or this call's k, v."""
     spec, dt = self.spec, self.dtype
-    q = jnp.einsum("bte,ehd->bthd", x_bte, self.q[...].astype(dt))
-    k = jnp.einsum("bte,ehd->bthd", x_bte, self.k[...].astype(dt))
-    v = jnp.einsum("bte,ehd->bthd", x_bte, self.v[...].astype(dt))
+    q = _project_heads(x_bte, self.q[...].astype(dt))
+    k = _project_heads(x_bte, self.k[...].astype(dt))
+    v = _project_heads(x_bte, self.v[...].astype(dt))
     if spec.qkv_bias:
       q = q + self.q_bias[...].astype(dt)
       k = k + self.k_bias[...].astype(dt)
@@ -180,42 +203,55 @@ class Attention(nnx.Module):
       q, k = self.q_norm(q), self.k_norm(k)
     q = apply_rope(q, positions_bt, inv_freq, self.rope_scale)
     k = apply_rope(k, positions_bt, inv_freq, self.rope_scale)
+    k = k.transpose(0, 2, 3, 1)  # [B, KVH, D, T]: the cache layouts
+    v = v.transpose(0, 2, 1, 3)  # [B, KVH, T, D]
     if layer_cache is not None:
       # Write into the stacked [layers, ...] arrays in place (the sampler donates them).
       all_k, all_v, layer, index = layer_cache
-      all_k = jax.lax.dynamic_update_slice(all_k, k.astype(all_k.dtype)[None], (layer, 0, index, 0, 0))
-      all_v = jax.lax.dynamic_update_slice(all_v, v.astype(all_v.dtype)[None], (layer, 0, index, 0, 0))
+      all_k = jax.lax.dynamic_update_slice(all_k, k.astype(all_k.dtype)[None], (layer, 0, 0, 0, index))
+      all_v = jax.lax.dynamic_update_slice(all_v, v.astype(all_v.dtype)[None], (layer, 0, 0, index, 0))
       k, v = all_k[layer], all_v[layer]
     else:
       all_k, all_v = k, v
     b, t, h, d = q.shape
-    kvh = k.shape[2]
+    kvh = k.shape[1]
     q = q.reshape(b, t, kvh, h // kvh, d)
-    out = attend(q, k.astype(dt), v.astype(dt), mask_bts, self.attn_chunk).reshape(b, t, h, d)
-    out = jnp.einsum("bthd,hde->bte", out, self.o[...].astype(dt))
+    out = attend(q, k.astype(dt), v.astype(dt), mask_bts, self.attn_chunk)
+    o = self.o[...].astype(dt)
+    out = matmul(out.reshape(b, t, h * d), o.reshape(h * d, o.shape[-1]))  # the weight reshape is free
     if spec.o_bias:
       out = out + self.o_bias[...].astype(dt)
     return out, (all_k, all_v)
 
 
-def _attend_block(q_btkgd, k_bskd, v_bskd, mask_bts):
+def _project_heads(x_bte, w_ehd):
+  """[B, T, E] x [E, H, D] -> [B, T, H, D] as one 2-D matmul (reshaping row-major weights is free)."""
+  e, h, d = w_ehd.shape
+  return matmul(x_bte, w_ehd.reshape(e, h * d)).reshape(*x_bte.shape[:-1], h, d)
+
+
+def _attend_block(q_btkgd, k_bkds, v_bksd, mask_bts):
   d = q_btkgd.shape[-1]
-  scores = jnp.einsum("btkgd,bskd->bkgts", q_btkgd, k_bskd).astype(jnp.float32) / math.sqrt(d)
+  q_bkgtd = q_btkgd.transpose(0, 2, 3, 1, 4)
+  scores = jnp.einsum("bkgtd,bkds->bkgts", q_bkgtd, k_bkds, preferred_element_type=jnp.float32)
+  scores = scores / math.sqrt(d)
   scores = jnp.where(mask_bts[:, None, None], scores, _MASKED)
   probs = jax.nn.softmax(scores, axis=-1).astype(q_btkgd.dtype)
-  return jnp.einsum("bkgts,bskd->btkgd", probs, v_bskd)
+  out = jnp.einsum("bkgts,bksd->bkgtd", probs, v_bksd, preferred_element_type=jnp.float32)
+  return out.astype(q_btkgd.dtype).transpose(0, 3, 1, 2, 4)
 
 
-def attend(q_btkgd, k_bskd, v_bskd, mask_bts, chunk: int | None = None):
-  """Softmax attention (GQA: k/v heads shared by g query heads). Longer than `chunk`, the queries
-  go in blocks whose scores are rematerialised in the backward pass, so neither pass holds more
-  than one block's [B, heads, chunk, S] scores (the prefill of long prompts and training need it)."""
+def attend(q_btkgd, k_bkds, v_bksd, mask_bts, chunk: int | None = None):
+  """Softmax attention (GQA: k/v heads shared by g query heads), keys and values in the cache
+  layouts. Longer than `chunk`, the queries go in blocks whose scores are rematerialised in the
+  backward pass, so neither pass holds more than one block's [B, heads, chunk, S] scores (the
+  prefill of long prompts and training need it). Returns [B, T, KVH, G, D]."""
   t = q_btkgd.shape[1]
   if chunk is None or t <= chunk:
-    return _attend_block(q_btkgd, k_bskd, v_bskd, mask_bts)
+    return _attend_block(q_btkgd, k_bkds, v_bksd, mask_bts)
   block = jax.checkpoint(_attend_block)
   outs = [
-      block(q_btkgd[:, s : s + chunk], k_bskd, v_bskd, mask_bts[:, s : s + chunk])
+      block(q_btkgd[:, s : s + chunk], k_bkds, v_bksd, mask_bts[:, s : s + chunk])
       for s in range(0, t, chunk)
   ]
   return jnp.concatenate(outs, axis=1)
@@ -234,10 +270,10 @@ class MLP(nnx.Module):
 
   def __call__(self, x):
     dt = self.dtype
-    gate, up = x @ self.gate[...].astype(dt), x @ self.up[...].astype(dt)
+    gate, up = matmul(x, self.gate[...].astype(dt)), matmul(x, self.up[...].astype(dt))
     if self.bias:
       gate, up = gate + self.gate_bias[...].astype(dt), up + self.up_bias[...].astype(dt)
-    out = (jax.nn.silu(gate) * up) @ self.down[...].astype(dt)
+    out = matmul(jax.nn.silu(gate) * up, self.down[...].astype(dt))
     if self.bias:
       out = out + self.down_bias[...].astype(dt)
     return out
@@ -412,8 +448,8 @@ class Decoder(nnx.Module):
     """Output projection in float32."""
     if self.spec.tie_embeddings:
       w = self.embed[...].astype(self.dtype)
-      return jnp.einsum("bte,ve->btv", hidden_bte, w).astype(jnp.float32)
-    return (hidden_bte @ self.lm_head[...].astype(self.dtype)).astype(jnp.float32)
+      return jnp.einsum("bte,ve->btv", hidden_bte, w, preferred_element_type=jnp.float32)
+    return jnp.matmul(hidden_bte, self.lm_head[...].astype(self.dtype), preferred_element_type=jnp.float32)
 
   def __call__(self, tokens_bt, positions_bt, valid_bt=None, cache: KVCache | None = None):
     hidden, cache = self.hidden_states(tokens_bt, positions_bt, valid_bt, cache)
