@@ -1,7 +1,10 @@
-"""Valid-program rate of the embedded model's designer: edit mode (ours, after ACCEL) against
-write-from-nothing (SPADE's baseline), each with and without the repair turn.
+"""Valid-program rate of the embedded model's designer: tune and edit modes (ours, after ACCEL)
+against write-from-nothing (SPADE's baseline), each with and without the repair turn.
 
 Run: .venv/bin/python benchmarks/designer_valid_rate.py --samples 16 --out /tmp/designer_valid.json
+Tune only: ... --modes tune --samples 16 --no-repair; fewer slow designs: --mode-samples write=4,edit=4
+Prompts use the roles settings, designer temperature and tune budget of --config (default: default.yaml),
+and "ours" is that config's mix of write, edit and tune designs.
 Generation uses the PyTorch reference (transformers on the embedded GGUF file) so the figure does
 not depend on our sampler; validation is spade_jax.envs.validate, the check the self-play loop uses.
 """
@@ -9,6 +12,7 @@ not depend on our sampler; validation is spade_jax.envs.validate, the check the 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import json
 import os
@@ -20,7 +24,19 @@ from spade_jax.curriculum import SKILLS, embedded_corpus
 from spade_jax.envs.library import library_programs
 from spade_jax.envs.program import ProgramError, find_env_class
 from spade_jax.envs.validate import validate
-from spade_jax.roles import RolesConfig, design_request, parse_designer_output, repair_prompt
+from spade_jax.roles import (
+    design_request,
+    designer_program,
+    parse_designer_output,
+    repair_prompt,
+    tunable_constants,
+)
+
+MODE_CONFIGS = {  # each mode alone, cold start; the other roles settings come from --config
+    "write": dict(edit_prob=0.0),
+    "edit": dict(edit_prob=1.0, tune_prob=0.0),
+    "tune": dict(edit_prob=1.0, tune_prob=1.0),
+}
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -91,36 +107,56 @@ def judge(source: str, base: str | None) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=16, help="designs per mode")
+    parser.add_argument("--mode-samples", default="", help="per-mode overrides, e.g. write=4,edit=4")
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--max-new-tokens", type=int, default=1536)
+    parser.add_argument("--temperature", type=float, default=None, help="default: the config's designer temperature")
+    parser.add_argument("--max-new-tokens", type=int, default=1536, help="write and edit modes")
+    parser.add_argument("--tune-max-new-tokens", type=int, default=None, help="default: the config's roles value")
+    parser.add_argument("--config", default="default", help="experiment config whose roles settings and mix are used")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--modes", default="write,edit")
+    parser.add_argument("--modes", default="write,edit,tune")
     parser.add_argument("--no-repair", action="store_true")
     parser.add_argument("--out", default="", help="write every reply and verdict here (JSON)")
     args = parser.parse_args()
 
+    from spade_jax.config import load_config  # noqa: PLC0415
+
+    experiment = load_config(args.config)
+    if args.temperature is None:
+        args.temperature = experiment.designer_sampling.temperature
+    if args.tune_max_new_tokens is None:
+        args.tune_max_new_tokens = experiment.roles.tune_max_new_tokens
     started = time.time()
     tokenizer, model = load_reference_model()
     corpus, library = embedded_corpus(), library_programs()
     library_sources = {item.name: item.source for item in library}
+    per_mode = {k: int(v) for k, v in (item.split("=") for item in args.mode_samples.split(",") if item)}
     results: dict[str, list[dict]] = {}
     for mode in args.modes.split(","):
-        cfg = RolesConfig(edit_prob=1.0 if mode == "edit" else 0.0)
+        if mode not in MODE_CONFIGS:
+            raise SystemExit(f"unknown mode {mode!r}: use {', '.join(MODE_CONFIGS)}")
+        cfg = dataclasses.replace(experiment.roles, **MODE_CONFIGS[mode])
         # Cold start, as at the first regeneration: empty memory, library bases and examples.
         requests = [
             design_request(np.random.default_rng(args.seed * 1000 + i), SKILLS[i % len(SKILLS)], corpus, None, library, cfg)
-            for i in range(args.samples)
+            for i in range(per_mode.get(mode, args.samples))
         ]
-        print(f"{mode}: generating {len(requests)} designs", flush=True)
-        replies = generate(tokenizer, model, [r.messages for r in requests], args.temperature, args.max_new_tokens,
+        budget = args.tune_max_new_tokens if mode == "tune" else args.max_new_tokens
+        print(f"{mode}: generating {len(requests)} designs of at most {budget} tokens", flush=True)
+        replies = generate(tokenizer, model, [r.messages for r in requests], args.temperature, budget,
                            args.seed, args.batch)
         rows = []
         for request, reply in zip(requests, replies):
-            source = parse_designer_output(reply)
-            base = library_sources.get(request.base_name) if request.mode == "edit" else None
-            rows.append({"skill": request.skill, "mode": request.mode, "base": request.base_name,
-                         "reply": reply, "source": source, **judge(source, base)})
+            source, rejected = designer_program(request, reply)
+            base = library_sources.get(request.base_name) if request.mode in ("edit", "tune") else None
+            verdict = judge(source, base) if rejected is None else {
+                "valid": False, "failed_check": "no change", "errors": [rejected], "backend": None}
+            row = {"skill": request.skill, "mode": request.mode, "base": request.base_name,
+                   "reply": reply, "source": source, **verdict}
+            if request.mode == "tune":
+                before, after = tunable_constants(base), tunable_constants(source) if source else {}
+                row["changes"] = {k: [before[k], after[k]] for k in before if k in after and after[k] != before[k]}
+            rows.append(row)
         if not args.no_repair:
             broken = [i for i, row in enumerate(rows) if not row["valid"] and row["source"].strip()]
             print(f"{mode}: repairing {len(broken)} invalid programs", flush=True)
@@ -148,21 +184,29 @@ def main():
             "n": len(rows),
             "valid": rate(rows),
             "valid_after_repair": rate(rows, lambda r: r["valid"] or r.get("repaired_valid", False)),
-            "valid_and_changed": rate(rows, lambda r: r["valid"] and r.get("similarity", 0.0) < 0.98),
+            # A tune design is a near-copy by construction (no-change replies are already invalid).
+            "valid_and_changed": rate(rows, lambda r: r["valid"] and (r["mode"] == "tune" or r.get("similarity", 0.0) < 0.98)),
             "failed_checks": fails,
         }
-    print(f"\nSmolLM2-135M-Instruct designer, temperature {args.temperature}, {args.samples} designs per mode, "
-          f"{time.time() - started:.0f} s")
+    print(f"\nSmolLM2-135M-Instruct designer, temperature {args.temperature}, {time.time() - started:.0f} s")
     for mode, s in summary.items():
-        print(f"  {mode:5s}: valid {s['valid']:.2f}  after repair {s['valid_after_repair']:.2f}  "
+        print(f"  {mode:5s}: valid {s['valid']:.2f} of {s['n']}  after repair {s['valid_after_repair']:.2f}  "
               f"valid and not a near-copy {s['valid_and_changed']:.2f}  failures {s['failed_checks']}")
-    if "write" in summary and "edit" in summary:
-        p = RolesConfig().edit_prob
-        ours = p * summary["edit"]["valid"] + (1 - p) * summary["write"]["valid"]
+    roles = experiment.roles
+    mix = {"write": 1 - roles.edit_prob, "edit": roles.edit_prob * (1 - roles.tune_prob),
+           "tune": roles.edit_prob * roles.tune_prob}
+    missing = [m for m, w in mix.items() if w > 0 and m not in summary]
+    label = f"{args.config} mix, edit_prob {roles.edit_prob}, tune_prob {roles.tune_prob}"
+    if missing:
+        print(f"ours ({label}): needs modes {', '.join(missing)} measured too")
+    else:
+        ours = sum(w * summary[m]["valid"] for m, w in mix.items() if w > 0)
+        print(f"ours ({label}): valid rate {ours:.3f}")
+    if "write" in summary:
         base = summary["write"]["valid"]
-        print(f"ours (default mix, edit_prob {p}): valid rate {ours:.3f}")
         print(f"baseline (SPADE, write from nothing): valid rate {base:.3f}")
-        print(f"ratio: {ours / base:.2f}" if base > 0 else "ratio: inf (baseline produced no valid program)")
+        if not missing:
+            print(f"ratio: {ours / base:.2f}" if base > 0 else "ratio: inf (baseline produced no valid program)")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "summary": summary, "results": results}, f, indent=1)

@@ -20,7 +20,8 @@ class RolesConfig:
     edit_prob: float = 0.8  # chance a design is an edit of a past or library environment (ACCEL-style) rather than written from nothing
     edit_from_memory_prob: float = 0.5  # in edit mode, chance the base comes from memory (when it has positives) instead of the library
     tune_prob: float = 0.0  # share of edits that only retune the base's UPPERCASE constants (ACCEL's small edits); the rest are full rewrites
-    tune_max_new_tokens: int = 160  # designer token budget of a tune reply (a few `NAME = value` lines), sampled in its own batch
+    tune_show_program: bool = True  # tune prompts show the whole base program, not only its docstring and constants (a 135M model tunes far less reliably with it)
+    tune_max_new_tokens: int = 160  # token budget of a tune reply (a few `NAME = value` lines; capped by designer_sampling's), sampled in its own batch
     repair: bool = True  # give an invalid program one repair turn (the repaired program feeds the agent, not the designer's reward)
     max_hint_sentences: int = 3  # hints are cut to this many sentences
     max_prompt_chars: int = 18_000  # designer prompt budget (~5k tokens: leaves ~3k of an 8k context for the program)
@@ -108,13 +109,19 @@ def _skill_line(skill: str) -> str:
     return f"Skill to train: {skill}" + (f" ({description})." if description else ".")
 
 
-def _edit_instruction(win_rate: float | None, low: float = 0.4, high: float = 0.6, lead: str = "Rewrite it into") -> str:
+def _edit_direction(win_rate: float | None, low: float = 0.4, high: float = 0.6) -> str:
     # ACCEL edits toward the frontier: harder when the agent wins too often, easier when it rarely does.
     if win_rate is None or np.isnan(win_rate) or win_rate > high:
-        return f"{lead} a HARDER variant: more steps, larger state or a less obvious rule."
-    if win_rate < low:
-        return f"{lead} an EASIER variant: fewer steps, a smaller state or clearer feedback."
-    return f"{lead} a DIFFERENT variant of similar difficulty: change the rules, the state or the goal."
+        return "harder"
+    return "easier" if win_rate < low else "different"
+
+
+def _edit_instruction(win_rate: float | None, low: float = 0.4, high: float = 0.6, lead: str = "Rewrite it into") -> str:
+    return {
+        "harder": f"{lead} a HARDER variant: more steps, larger state or a less obvious rule.",
+        "easier": f"{lead} an EASIER variant: fewer steps, a smaller state or clearer feedback.",
+        "different": f"{lead} a DIFFERENT variant of similar difficulty: change the rules, the state or the goal.",
+    }[_edit_direction(win_rate, low, high)]
 
 
 def designer_prompt(
@@ -314,7 +321,7 @@ def _literal_prefix(text: str) -> tuple[bool, Any]:
     text = text.strip()[:500]
     cuts = [len(text)] + [i for i in range(len(text) - 1, 0, -1) if text[i] in " \t#,;`"]
     for cut in cuts:
-        piece = text[:cut].strip().rstrip("`").strip()
+        piece = text[:cut].strip().rstrip("`,;").strip()  # `5, because ...` is 5, not the tuple (5,)
         if not piece:
             continue
         try:
@@ -425,26 +432,58 @@ def _constant_lines(source: str) -> list[str]:
     return lines[:_TUNE_LIST_MAX]
 
 
+# The one demonstration in every tune prompt: a made-up game whose changed names (RANGE, TRIES) no
+# library program uses, so copying it changes nothing. Small models follow a shown exchange far better
+# than a described format.
+_TUNE_DEMO_GAME = "Game GuessEnv: guess a hidden number from higher/lower feedback."
+_TUNE_DEMO_CONSTANTS = ["MAX_TURNS = 10  # hard cap on steps", "RANGE = 50  # the number is in 1..RANGE",
+                        "TRIES = 3  # wrong guesses allowed"]
+_TUNE_DEMO_REPLY = {"harder": "RANGE = 200\nTRIES = 2", "easier": "RANGE = 20\nTRIES = 5",
+                    "different": "RANGE = 80\nTRIES = 4"}
+
+
+def _tune_request(skill: str, game: str, constants: Sequence[str], win_rate: float | None) -> str:
+    return "\n\n".join([
+        _skill_line(skill),
+        game,
+        "Its constants, with their current values:\n```python\n" + "\n".join(constants) + "\n```",
+        _edit_instruction(win_rate, lead="Tune it into")
+        + " Change one to three of these constants; keep every turn limit at most 25 and the game solvable. "
+        "Reply with only the changed constants, one `NAME = value` line each, in one ```python block.",
+    ])
+
+
+def _game_summary(source: str) -> str:
+    """'Game NameEnv: <docstring>' for a tune prompt that does not show the program."""
+    tree = ast.parse(source)
+    classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    doc = ast.get_docstring(tree) or (ast.get_docstring(classes[0]) if classes else None) or ""
+    name = classes[-1].name if classes else "the game"
+    return f"Game {name}: {' '.join(doc.split())}" if doc else f"Game {name}."
+
+
 def tune_prompt(skill: str, base_program: str, base_win_rate: float | None = None,
                 cfg: RolesConfig = RolesConfig()) -> Messages:
-    """Chat messages asking the designer for new values of `base_program`'s constants: the program,
-    the list of its constants with their current values, and the harder/easier/different instruction."""
+    """Chat messages asking the designer for new values of `base_program`'s constants: one made-up
+    demonstration exchange, then the base (the whole program when `cfg.tune_show_program`, else its
+    docstring), the list of its constants with their current values and the harder/easier/different
+    instruction."""
     constants = _constant_lines(base_program)
     if not constants:
         raise ValueError("tune mode needs a base program with UPPERCASE literal constants; use edit mode for this one")
-    rate = (f" (agent win rate {base_win_rate:.2f})" if base_win_rate is not None and not np.isnan(base_win_rate)
-            else "")
-    sections = [
-        _skill_line(skill),
-        f"Environment to tune{rate}:\n" + _code_block(base_program, cfg.example_max_chars),
-        "Its constants, with their current values:\n" + "\n".join(constants),
-        _edit_instruction(base_win_rate, lead="Tune it into")
-        + " Change one to three of these constants; keep every turn limit at most 25 and the game solvable. "
-        "Reply with only the changed constants, one `NAME = value` line each, in one ```python block.",
-    ]
+    known = base_win_rate is not None and not np.isnan(base_win_rate)
+    if cfg.tune_show_program:
+        game = (f"Environment to tune{f' (agent win rate {base_win_rate:.2f})' if known else ''}:\n"
+                + _code_block(base_program, cfg.example_max_chars))
+    else:
+        game = _game_summary(base_program) + (f"\nAgent win rate: {base_win_rate:.2f}." if known else "")
+    demo_reply = _TUNE_DEMO_REPLY[_edit_direction(base_win_rate)]
     return [
         {"role": "system", "content": TUNER_SYSTEM},
-        {"role": "user", "content": "\n\n".join(sections)},
+        {"role": "user", "content": _tune_request("pattern recognition", _TUNE_DEMO_GAME, _TUNE_DEMO_CONSTANTS,
+                                                  base_win_rate)},
+        {"role": "assistant", "content": f"```python\n{demo_reply}\n```"},
+        {"role": "user", "content": _tune_request(skill, game, constants, base_win_rate)},
     ]
 
 

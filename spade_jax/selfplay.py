@@ -127,8 +127,8 @@ class SelfPlay:
     ]
     prompts = [self.policy.chat_tokens(r.messages) for r in requests]
     # Tune replies are a few assignments: they are sampled in their own batch with a small budget.
-    budgets = [cfg.roles.tune_max_new_tokens if r.mode == "tune" else cfg.designer_sampling.max_new_tokens
-               for r in requests]
+    budget_of = {"tune": min(cfg.roles.tune_max_new_tokens, cfg.designer_sampling.max_new_tokens)}
+    budgets = [budget_of.get(r.mode, cfg.designer_sampling.max_new_tokens) for r in requests]
     rows: list = [None] * len(requests)  # (prompt length used, tokens, logprobs, text) per request
     for budget in sorted(set(budgets)):
       picked = [i for i, b in enumerate(budgets) if b == budget]

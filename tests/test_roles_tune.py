@@ -1,0 +1,249 @@
+"""Designer tune mode: a base program's constants, a reply's new values written over them, the mix."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from spade_jax import roles
+from spade_jax.config import load_config
+from spade_jax.curriculum import EnvMemory, EnvRecord
+from spade_jax.envs.library import library_programs
+from spade_jax.envs.validate import validate
+from spade_jax.roles import (
+    NO_CHANGE_ERROR,
+    RolesConfig,
+    apply_tuning,
+    design_request,
+    designer_program,
+    designer_prompt,
+    parse_tuning,
+    tunable_constants,
+)
+from spade_jax.selfplay import SelfPlay
+
+
+def _library_source(name):
+    return next(p for p in library_programs() if p.name == name).source
+
+
+# Read off the library files by hand (spade_jax/envs/library/odd_one_out.py, code_breaker.py).
+ODD_ONE_OUT = {"MAX_TURNS": 10, "ROUNDS": 4, "CHOICES": 5, "LIVES": 2,
+               "PRIMES": [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37]}
+CODE_BREAKER = {"MAX_TURNS": 12, "MAX_GUESSES": 8, "LENGTH": 4, "DIGITS": 6}
+
+SYNTHETIC = '''"""A made-up program."""
+import random
+
+SEED_OFFSET = 3  # module level counts
+lower = 4
+SHARED = 1
+
+
+class ToyEnv:
+    RATE = 0.5  # a float
+    LABEL: str = "café"  # naïve comment survives
+    GRID = [
+        [1, 2],
+        [3, 4],
+    ]  # rows of cells
+    FLAG = True
+    COMPUTED = len("abc")
+    POWER = 2 ** 3
+    SHARED = 2
+
+    def reset(self, seed=None):
+        LOCAL = 5
+        return str(LOCAL), {}
+'''
+
+
+def test_tunable_constants_of_library_programs():
+    assert tunable_constants(_library_source("odd_one_out")) == ODD_ONE_OUT
+    assert tunable_constants(_library_source("code_breaker")) == CODE_BREAKER
+    assert list(tunable_constants(_library_source("code_breaker"))) == list(CODE_BREAKER)  # source order
+    for program in library_programs():
+        assert tunable_constants(program.source), program.name  # every library program has some
+
+
+def test_tunable_constants_rules():
+    found = tunable_constants(SYNTHETIC)
+    # Non-literals (a call, a power), lowercase names, method locals and names assigned twice are left out.
+    assert found == {"SEED_OFFSET": 3, "RATE": 0.5, "LABEL": "café", "GRID": [[1, 2], [3, 4]], "FLAG": True}
+    assert tunable_constants("class Broken(:\n") == {}
+
+
+def test_apply_tuning_rewrites_only_the_values_and_keeps_comments():
+    base = _library_source("code_breaker")
+    reply = "Harder:\n```python\nLENGTH = 5\nMAX_GUESSES = 10\n```\n"
+    tuned = apply_tuning(base, reply)
+    expected = base.replace("    LENGTH = 4\n", "    LENGTH = 5\n").replace(
+        "    MAX_GUESSES = 8  # valid guesses before the game is lost\n",
+        "    MAX_GUESSES = 10  # valid guesses before the game is lost\n")
+    assert tuned == expected and tuned != base
+    assert tunable_constants(tuned) == {**CODE_BREAKER, "LENGTH": 5, "MAX_GUESSES": 10}
+
+
+def test_apply_tuning_ignores_unknown_names_wrong_types_and_non_literals():
+    base = _library_source("odd_one_out")
+    reply = (
+        "```python\n"
+        "COLOURS = 4\n"  # unknown name
+        "LIVES = True\n"  # a bool is not an int
+        "ROUNDS = 4.5\n"  # a float is not an int
+        "CHOICES = CHOICES + 1\n"  # not a literal
+        "PRIMES = ['two', 'three']\n"  # a list of str is not a list of int
+        "MAX_TURNS = '12'\n"  # a str is not an int
+        "```"
+    )
+    assert apply_tuning(base, reply) == base
+
+
+def test_apply_tuning_tolerates_bare_lines_and_last_assignment_wins():
+    base = _library_source("odd_one_out")
+    reply = "I will make it harder.\n- ROUNDS = 6  # more rounds\nAlso `CHOICES = 7`.\nROUNDS = 5, to be safe"
+    tuned = apply_tuning(base, reply)
+    expected = base.replace("    ROUNDS = 4\n", "    ROUNDS = 5\n").replace(
+        "    CHOICES = 5  # numbers", "    CHOICES = 7  # numbers")
+    assert tuned == expected
+    assert parse_tuning(reply) == {"CHOICES": 7, "ROUNDS": 5}
+    # A multi-line value inside a code block that parses.
+    multi = "```python\nPRIMES = [\n    2, 3, 5,\n    7, 11,\n]\n```"
+    assert tunable_constants(apply_tuning(base, multi))["PRIMES"] == [2, 3, 5, 7, 11]
+    # Thinking is not read.
+    assert apply_tuning(base, "<think>ROUNDS = 9</think>ROUNDS = 4") == base
+
+
+def test_apply_tuning_on_multiline_unicode_and_float_values():
+    reply = "RATE = 2\nLABEL = 'tea'\nGRID = [[0]]\nFLAG = False\nSHARED = 7\n"
+    tuned = apply_tuning(SYNTHETIC, reply)
+    assert "    RATE = 2.0  # a float\n" in tuned  # a float constant takes an int, written as a float
+    assert "    LABEL: str = 'tea'  # naïve comment survives\n" in tuned
+    assert "    GRID = [[0]]  # rows of cells\n    FLAG = False\n" in tuned
+    assert "SHARED = 1\n" in tuned and "    SHARED = 2\n" in tuned  # ambiguous: untouched
+    assert tunable_constants(tuned) == {"SEED_OFFSET": 3, "RATE": 2.0, "LABEL": "tea", "GRID": [[0]], "FLAG": False}
+    assert len(tuned.splitlines()) == len(SYNTHETIC.splitlines()) - 3
+
+
+def test_tuned_library_program_validates_and_no_change_is_rejected():
+    base = _library_source("code_breaker")
+    request = dataclasses.replace(
+        design_request(np.random.default_rng(0), "logical deduction",
+                       cfg=RolesConfig(edit_prob=1.0, tune_prob=1.0)),
+        base_name="code_breaker", base_source=base)
+    assert request.mode == "tune"
+    program, rejected = designer_program(request, "```python\nLENGTH = 5\nDIGITS = 7\n```")
+    assert rejected is None and "    LENGTH = 5\n" in program and "    DIGITS = 7  #" in program
+    verdict = validate(program)
+    assert verdict.valid, verdict.errors
+    for reply in ("```python\nLENGTH = 4\n```", "I like it as it is.", "```python\nLENGTH = 'long'\n```"):
+        assert designer_program(request, reply) == ("", NO_CHANGE_ERROR)
+    assert NO_CHANGE_ERROR.startswith("no change")
+    with pytest.raises(ValueError, match="base_source"):
+        designer_program(dataclasses.replace(request, base_source=None), "LENGTH = 5")
+
+
+def test_tune_prompt_lists_constants_and_asks_for_assignments():
+    base = _library_source("odd_one_out")
+    messages = designer_prompt("pattern recognition", None, mode="tune", base_program=base, base_win_rate=0.9)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]  # one demonstration exchange
+    demo, demo_reply, user = messages[1]["content"], messages[2]["content"], messages[3]["content"]
+    assert "GuessEnv" in demo and "HARDER" in demo and demo_reply == "```python\nRANGE = 200\nTRIES = 2\n```"
+    # The demonstration's names are not the base's: copying it changes nothing.
+    demo_names = {name for reply in roles._TUNE_DEMO_REPLY.values() for name in parse_tuning(reply)}
+    assert demo_names == {"RANGE", "TRIES"}
+    for program in library_programs():
+        assert not demo_names & set(tunable_constants(program.source)), program.name
+    assert "class OddOneOutEnv" in user and "agent win rate 0.90" in user and "Tune it into a HARDER variant" in user
+    assert "CHOICES = 5  # numbers per round; exactly one lacks the hidden property" in user
+    assert "PRIMES = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37]" in user
+    assert "`NAME = value`" in user
+    easier = designer_prompt("pattern recognition", None, mode="tune", base_program=base, base_win_rate=0.1)
+    assert "EASIER" in easier[1]["content"] and "EASIER" in easier[3]["content"]
+    assert easier[2]["content"] == "```python\nRANGE = 20\nTRIES = 5\n```"
+    short = designer_prompt("pattern recognition", None, mode="tune", base_program=base, base_win_rate=0.5,
+                            cfg=RolesConfig(tune_show_program=False))[3]["content"]
+    assert "def reset" not in short and "DIFFERENT" in short and "Agent win rate: 0.50." in short
+    assert short.startswith("Skill to train: pattern recognition") and "\n\nGame OddOneOutEnv: Pattern recognition: find" in short
+    assert "LIVES = 2  # the LIVES-th wrong pick loses" in short
+    with pytest.raises(ValueError, match="edit mode"):
+        designer_prompt("optimization", None, mode="tune", base_program="class PlainEnv:\n    pass\n")
+
+
+def test_design_request_produces_tune_requests_at_the_configured_rate():
+    cfg = RolesConfig(edit_prob=0.5, tune_prob=0.8)
+    requests = [design_request(np.random.default_rng(s), "optimization", cfg=cfg) for s in range(400)]
+    counts = {m: sum(r.mode == m for r in requests) for m in ("write", "edit", "tune")}
+    # Expected shares 0.5, 0.1, 0.4 of 400: 200, 40, 160 (binomial sd 10, 6, 10).
+    assert 160 <= counts["write"] <= 240 and 20 <= counts["edit"] <= 60 and 125 <= counts["tune"] <= 195
+    for r in requests:
+        if r.mode == "tune":
+            assert r.base_name in ("knapsack", "delivery_route") and r.document_title is None
+            assert r.base_source == _library_source(r.base_name)
+            assert r.messages[0]["content"] == roles.TUNER_SYSTEM
+        elif r.mode == "edit":
+            assert r.base_source == _library_source(r.base_name)
+        else:
+            assert r.base_source is None
+    assert not any(design_request(np.random.default_rng(s), "optimization").mode == "tune" for s in range(50))
+
+
+def test_design_request_rewrites_a_base_without_constants():
+    memory = EnvMemory()
+    memory.add(EnvRecord("plain", "class PlainEnv:\n    pass\n", "optimization", regret=0.5, win_rate=0.5))
+    cfg = RolesConfig(edit_prob=1.0, edit_from_memory_prob=1.0, tune_prob=1.0)
+    request = design_request(np.random.default_rng(0), "optimization", None, memory, cfg=cfg)
+    assert request.mode == "edit" and request.base_name == "plain"
+
+
+def test_roles_config_validates_tune_fields():
+    with pytest.raises(ValueError, match="tune_prob"):
+        RolesConfig(tune_prob=1.5)
+    with pytest.raises(ValueError, match="tune_max_new_tokens"):
+        RolesConfig(tune_max_new_tokens=0)
+
+
+class _FakePolicy:
+    """Chat 'tokens' are an index into the conversations seen; replies depend on the mode."""
+
+    def __init__(self):
+        self.messages, self.calls = [], []
+
+    def chat_tokens(self, messages):
+        self.messages.append(messages)
+        return [len(self.messages) - 1]
+
+    def generate(self, prompts, config, key):
+        self.calls.append((len(prompts), config.max_new_tokens))
+        texts = []
+        for (index,) in prompts:
+            tune = self.messages[index][0]["content"] == roles.TUNER_SYSTEM
+            texts.append("```python\nMAX_TURNS = 25\n```" if tune else "```python\nclass RewrittenEnv:\n    pass\n```")
+        n = len(prompts)
+        return type("Result", (), {"texts": texts, "prompt_lengths": [1] * n, "tokens": [[7]] * n,
+                                   "logprobs": [[-1.0]] * n, "finish_reasons": ["eos"] * n})
+
+
+def test_design_pool_samples_tune_requests_in_their_own_small_batch():
+    cfg = load_config("default", ["pool_size=12", "roles.edit_prob=1.0", "roles.tune_prob=0.5",
+                                  "roles.tune_max_new_tokens=40", "roles.repair=false"])
+    play = SelfPlay.__new__(SelfPlay)
+    play.cfg, play.policy, play.iteration, play.envs_made = cfg, _FakePolicy(), 0, 0
+    play.rng, play.corpus, play.memory = np.random.default_rng(1), None, EnvMemory()
+    play.archive = type("Archive", (), {"add": lambda self, source, meta: None})()
+    checked = []
+    play.check = lambda env: (checked.append(env.env_id), dataclasses.replace(env, valid=True))[1]
+    pool = play.design_pool()
+    calls = sorted(play.policy.calls, key=lambda c: c[1])
+    tunes = [e for e in pool if tunable_constants(e.source or "class X: pass").get("MAX_TURNS") == 25
+             or e.errors == [NO_CHANGE_ERROR]]
+    assert calls == [(len(tunes), 40), (12 - len(tunes), cfg.designer_sampling.max_new_tokens)]
+    assert 0 < len(tunes) < 12
+    for env in pool:
+        if env.errors == [NO_CHANGE_ERROR]:  # sliding_puzzle already has MAX_TURNS = 25
+            assert env.source == "" and not env.valid and env.env_id not in checked
+        elif env.source.startswith("class RewrittenEnv"):
+            assert env.valid and env.env_id in checked
+        else:
+            assert "MAX_TURNS = 25  # hard cap" in env.source and env.valid
+        assert env.designer_sample == {"prompt": [int(env.env_id[3:]) - 1], "tokens": [7], "logprobs": [-1.0]}
