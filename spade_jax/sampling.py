@@ -5,6 +5,8 @@ How a call runs: prompts are left-padded to a length bucket and the batch to a b
 shapes compile at most once per bucket); one jitted prefill writes the cache and projects only the
 last position; one jitted `lax.while_loop` samples every new token (exits early once every row is
 done); stop strings are applied on the host afterwards by truncating at their first occurrence.
+Across calls the Sampler keeps the last cache and feeds only what a new prompt adds to a cached row
+(multi-turn play re-sends the whole conversation each turn); see `Sampler.generate`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import weakref
 from collections.abc import Sequence
 
 import jax
@@ -55,6 +58,9 @@ class SamplingConfig:
   batch_buckets: tuple[int, ...] = _powers_of_two(1, 1 << 16)  # padded batch sizes
   new_token_bucket: int = 64  # cache room for new tokens is max_new_tokens rounded up to this
   cache_dtype: str = "float32"  # KV cache dtype (f32 is faster than bf16 on XLA:CPU)
+  # Host-only: feed only the new tail of prompts that extend the previous call's rows (same results).
+  # compare=False keeps it out of ==/hash, so caches keyed by a config never split over it.
+  reuse_prefix: bool = dataclasses.field(default=True, compare=False)
 
   def __post_init__(self):
     if self.max_new_tokens < 1:
@@ -235,15 +241,16 @@ def _prefill(graphdef, params, tokens_bt, valid_bt, *, slots: int, cache_dtype: 
   return logits_bv, cache, positions_bt[:, -1]
 
 
-def _decode(graphdef, params, cache, logits_bv, last_pos_b, live_b, key, max_new, knobs, stop_ids,
-            *, mode: _Mode, new_room: int):
+def _decode(graphdef, params, cache, logits_bv, last_pos_b, live_b, row_ids, key, max_new, knobs,
+            stop_ids, *, mode: _Mode, new_room: int):
   """Sample up to `max_new` tokens. Budget, knobs and stop ids are traced: they never recompile.
 
   `stop_ids` [n, 2] holds (token id, 1 for EOS / 2 for a stop token); id -1 never matches.
+  `row_ids` [B] is each row's index in the caller's batch: its random draws depend on that, not on
+  the cache row it happens to occupy (a reused cache keeps each conversation in its old row).
   """
   model = nnx.merge(graphdef, params)
   batch = logits_bv.shape[0]
-  row_ids = jnp.arange(batch, dtype=jnp.int32)
   out_tokens = jnp.zeros((batch, new_room), jnp.int32)
   out_logp = jnp.zeros((batch, new_room), jnp.float32)
   out_slogp = jnp.zeros((batch, new_room), jnp.float32)
@@ -284,9 +291,69 @@ def _decode(graphdef, params, cache, logits_bv, last_pos_b, live_b, key, max_new
   return tokens, lp, slp, count, reason, cache
 
 
+def _extend(graphdef, params, cache, tokens_bt, valid_bt, keep_b, *, slots: int, cache_sharding):
+  """Prefill on top of a kept cache: row r keeps its first `keep_b[r]` cached tokens (later ones are
+  marked invalid, so a row can also be cut back), then its left-padded suffix is written at
+  `cache.index` with positions continuing from `keep_b[r]`. A larger `slots` grows the cache by
+  copying it into a zero-padded one first.
+  """
+  model = nnx.merge(graphdef, params)
+  grow = slots - cache.slots
+  if grow:
+    cache = KVCache(
+        k=jnp.pad(cache.k, ((0, 0),) * 4 + ((0, grow),)),
+        v=jnp.pad(cache.v, ((0, 0),) * 3 + ((0, grow), (0, 0))),
+        valid=jnp.pad(cache.valid, ((0, 0), (0, grow))),
+        index=cache.index,
+    )
+    if cache_sharding is not None:
+      cache = jax.lax.with_sharding_constraint(cache, cache_sharding)
+  # Slots fill in token order, so a row's n-th valid slot holds its n-th cached token.
+  held = jnp.cumsum(cache.valid, axis=1, dtype=jnp.int32)
+  cache = cache.replace(valid=cache.valid & (held <= keep_b[:, None]))
+  positions_bt = keep_b[:, None] + jnp.maximum(jnp.cumsum(valid_bt, axis=1) - 1, 0)
+  hidden, cache = model.hidden_states(tokens_bt, positions_bt, valid_bt, cache)
+  logits_bv = model.logits(hidden[:, -1:])[:, 0]
+  return logits_bv, cache, positions_bt[:, -1]
+
+
 # Process-wide: every Sampler over models of the same structure shares the compiled programs.
 _PREFILL = jax.jit(_prefill, static_argnums=0, static_argnames=("slots", "cache_dtype", "cache_sharding"))
 _DECODE = jax.jit(_decode, static_argnums=0, static_argnames=("mode", "new_room"), donate_argnums=(2,))
+# Same slots: the cache is updated in place. Growing: a new, larger cache (nothing to donate into).
+_EXTEND = jax.jit(_extend, static_argnums=0, static_argnames=("slots", "cache_sharding"), donate_argnums=(2,))
+_EXTEND_GROW = jax.jit(_extend, static_argnums=0, static_argnames=("slots", "cache_sharding"))
+
+
+@dataclasses.dataclass
+class _Kept:
+  """What the last call left behind for the next one to build on."""
+
+  cache: KVCache
+  rows: list[list[int]]  # per cache row: the tokens whose K/V it holds, in order ([] if none)
+  index: int  # host copy of cache.index
+  graphdef: object  # the model structure and the exact parameter arrays the K/V came from
+  param_refs: list
+  cache_dtype: str
+
+  def same_params(self, graphdef, params) -> bool:
+    leaves = jax.tree.leaves(params)
+    return (graphdef == self.graphdef and len(leaves) == len(self.param_refs)
+            and all(ref() is leaf for ref, leaf in zip(self.param_refs, leaves)))
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+  n = min(len(a), len(b))
+  if a[:n] == b[:n]:
+    return n
+  lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+  while hi - lo > 1:
+    mid = (lo + hi) // 2
+    if a[:mid] == b[:mid]:
+      lo = mid
+    else:
+      hi = mid
+  return lo
 
 
 class Sampler:
@@ -294,6 +361,13 @@ class Sampler:
   updates are seen without rebuilding). Prefill compiles once per (batch bucket, prompt bucket, cache
   size); decode once per (batch bucket, cache size, greedy / top-k on / top-p on). Temperature,
   top-k, top-p values, token budget and stop ids are traced, so changing them never recompiles.
+
+  Prefix reuse (`SamplingConfig.reuse_prefix`, on by default): the Sampler keeps the cache of its
+  last call, and per cache row the tokens it holds (prompt + completion minus its last token). When
+  new prompts continue those rows (multi-turn play re-sends prompt + reply + next user turn), only
+  each prompt's new tail is fed (`_extend`, compiled once per batch bucket, tail bucket and cache
+  size), and the results are those of a full prefill. One cache is kept per Sampler: callers that
+  interleave (designer, hint writer, agent) simply replace it; `forget()` frees it.
   """
 
   def __init__(self, model, tokenizer=None, *, mesh=None, eos_token_ids: Sequence[int] | None = None):
@@ -306,6 +380,8 @@ class Sampler:
     pad = getattr(tokenizer, "pad_token_id", None)
     self.pad_token_id = int(pad if pad is not None else (self.eos_token_ids or (0,))[0])
     self._prefill, self._decode = _PREFILL, _DECODE
+    self._kept: _Kept | None = None
+    self.last_reused_tokens = 0  # prompt tokens the last call took from the kept cache (0: full prefill)
 
   # -- sharding -----------------------------------------------------------------------------------
 
@@ -347,16 +423,34 @@ class Sampler:
 
   @property
   def compile_count(self) -> int:
-    """Programs compiled so far in this process by all Samplers (prefill + decode); bounded by the
-    buckets and model structures, not by the number of calls."""
-    return self._prefill._cache_size() + self._decode._cache_size()
+    """Programs compiled so far in this process by all Samplers (prefill, extend, decode); bounded by
+    the buckets and model structures, not by the number of calls."""
+    return sum(f._cache_size() for f in (self._prefill, self._decode, _EXTEND, _EXTEND_GROW))
+
+  def forget(self) -> None:
+    """Drop the cache kept from the last call (its memory is freed; the next call prefills fully)."""
+    self._kept = None
 
   def generate(
       self, prompts: Sequence[Sequence[int]], config: SamplingConfig, key: jax.Array | int = 0
   ) -> GenerationResult:
-    """Complete each prompt (a list of token ids); see `GenerationResult` for what comes back."""
+    """Complete each prompt (a list of token ids); see `GenerationResult` for what comes back.
+
+    With `config.reuse_prefix`, each prompt is matched to a distinct row of the kept cache by their
+    longest common token prefix; that row keeps those tokens' K/V (anything it held past them is
+    masked out) and only the rest of the prompt is fed, at positions continuing the row's own.
+    A full prefill is used instead when nothing was kept, the parameters changed since (checked by
+    array identity, so a training update invalidates the cache), the model has sliding-window
+    layers (their window counts slots, and a reused row has holes), there are more prompts than
+    cache rows, nothing is shared, or feeding the tails is no cheaper than a full prefill (kept
+    rows x tail bucket >= batch x prompt bucket). A cache without room for the tails plus the new
+    tokens is grown by copying to (prompt bucket of index + tail) + new-token room, the same sizes
+    a fresh prefill allocates, so compiles stay bounded; if that would make it more than twice the
+    size of a fresh cache (too many holes to decode over), the call falls back to a full prefill.
+    """
     if not prompts:
       raise ValueError("generate needs at least one prompt")
+    prompts = [[int(t) for t in p] for p in prompts]
     lengths = [len(p) for p in prompts]
     if min(lengths) < 1:
       raise ValueError("every prompt needs at least one token")
@@ -375,13 +469,6 @@ class Sampler:
     batch = -(-batch // multiple) * multiple
     new_room = -(-config.max_new_tokens // config.new_token_bucket) * config.new_token_bucket
 
-    tokens = np.full((batch, width), self.pad_token_id, np.int32)
-    valid = np.zeros((batch, width), bool)
-    for row, prompt in enumerate(prompts):  # left padding: every row writes the same cache slot
-      tokens[row, width - len(prompt):] = prompt
-      valid[row, width - len(prompt):] = True
-    live = np.arange(batch) < len(prompts)
-
     stop_ids = [] if config.ignore_eos else [(i, 1) for i in self.eos_token_ids]
     stop_ids += [(i, 2) for i in config.stop_token_ids if i not in dict(stop_ids)]
     # Padded to a multiple of 8 so that a few more stop ids do not change the compiled shape.
@@ -389,17 +476,100 @@ class Sampler:
     mode = _Mode.of(config)
 
     graphdef, params = nnx.split(self.model)
-    logits, cache, last_pos = self._prefill(
-        graphdef, params, self._put_batch(tokens), self._put_batch(valid),
-        slots=width + new_room, cache_dtype=config.cache_dtype, cache_sharding=self._cache_sharding(),
-    )
+    kept, self._kept = self._kept, None  # donated below either way; a failed call keeps nothing
+    plan = None
+    if config.reuse_prefix and kept is not None:
+      plan = self._plan_reuse(kept, prompts, config, graphdef, params, width, batch, new_room)
+    self.last_reused_tokens = 0
+    if plan is None:
+      kept = None  # free the old cache before allocating the new one
+      rows_of = list(range(len(prompts)))
+      tokens = np.full((batch, width), self.pad_token_id, np.int32)
+      valid = np.zeros((batch, width), bool)
+      for row, prompt in enumerate(prompts):  # left padding: every row writes the same cache slot
+        tokens[row, width - len(prompt):] = prompt
+        valid[row, width - len(prompt):] = True
+      logits, cache, last_pos = self._prefill(
+          graphdef, params, self._put_batch(tokens), self._put_batch(valid),
+          slots=width + new_room, cache_dtype=config.cache_dtype, cache_sharding=self._cache_sharding(),
+      )
+    else:
+      rows_of, keep, tokens, valid, slots = plan
+      batch = len(kept.rows)
+      extend = _EXTEND if slots == kept.cache.slots else _EXTEND_GROW
+      cache, kept = kept.cache, None
+      logits, cache, last_pos = extend(
+          graphdef, params, cache, self._put_batch(tokens), self._put_batch(valid),
+          self._put_batch(keep), slots=slots, cache_sharding=self._cache_sharding(),
+      )
+      self.last_reused_tokens = int(keep.sum())
+    live = np.zeros(batch, bool)
+    live[rows_of] = True
+    row_ids = np.arange(batch, dtype=np.int32) + len(prompts)  # rows without a prompt: any unused id
+    row_ids[rows_of] = np.arange(len(prompts))
     out = self._decode(
-        graphdef, params, cache, logits, last_pos, self._put_batch(live), key,
-        jnp.int32(config.max_new_tokens), _knobs(config), jnp.asarray(stop_ids, jnp.int32),
+        graphdef, params, cache, logits, last_pos, self._put_batch(live), self._put_batch(row_ids),
+        key, jnp.int32(config.max_new_tokens), _knobs(config), jnp.asarray(stop_ids, jnp.int32),
         mode=mode, new_room=new_room,
     )
-    out_tokens, out_logp, out_slogp, count, reason, _ = jax.device_get(out)
-    return self._finish(prompts, config, out_tokens, out_logp, out_slogp, count, reason)
+    *arrays, cache = out
+    out_tokens, out_logp, out_slogp, count, reason, index = jax.device_get((*arrays, cache.index))
+    if config.reuse_prefix:
+      held = [[] for _ in range(batch)]
+      for prompt, row in zip(prompts, rows_of):
+        # The last sampled token was never fed through the model: its K/V are not in the cache.
+        held[row] = prompt + [int(t) for t in out_tokens[row, : max(int(count[row]) - 1, 0)]]
+      self._kept = _Kept(cache, held, int(index), graphdef, [weakref.ref(x) for x in jax.tree.leaves(params)],
+                         config.cache_dtype)
+    order = np.asarray(rows_of)
+    return self._finish(prompts, config, out_tokens[order], out_logp[order], out_slogp[order],
+                        count[order], reason[order])
+
+  def _plan_reuse(self, kept: _Kept, prompts, config, graphdef, params, width, batch, new_room):
+    """(row of each prompt, tokens kept per row, left-padded tails and their mask, cache slots), or
+    None when a full prefill is the right call (see `generate`)."""
+    if (self.model.spec.sliding_layers or kept.cache_dtype != config.cache_dtype
+        or len(prompts) > len(kept.rows) or not kept.same_params(graphdef, params)):
+      return None
+    rows = kept.rows
+    free = set(range(len(rows)))
+    rows_of, keeps = [], []
+    for i, prompt in enumerate(prompts):
+      best, best_keep = None, -1
+      # The same row first: callers usually keep their order, and an exact continuation wins at once.
+      for row in ([i] if i in free else []) + sorted(free):
+        held = rows[row]
+        shared = _common_prefix(held, prompt) if held and held[0] == prompt[0] else 0
+        shared = min(shared, len(prompt) - 1)  # feed at least one token: its logits start the decode
+        if shared > best_keep:
+          best, best_keep = row, shared
+          if held and shared == len(held):  # a whole row continued: take it, stop searching
+            break
+      free.discard(best)
+      rows_of.append(best)
+      keeps.append(best_keep)
+    if sum(keeps) == 0:
+      return None
+    tail = max(len(p) - k for p, k in zip(prompts, keeps))
+    tail_width = _bucket(tail, config.prompt_buckets, "prompt length")
+    if len(rows) * tail_width >= batch * width:
+      return None
+    slots = kept.cache.slots
+    if kept.index + tail_width + new_room > slots:
+      try:
+        slots = _bucket(kept.index + tail_width, config.prompt_buckets, "cache size") + new_room
+      except ValueError:
+        return None
+    if slots > 2 * (width + new_room):
+      return None
+    keep = np.zeros(len(rows), np.int32)
+    tokens = np.full((len(rows), tail_width), self.pad_token_id, np.int32)
+    valid = np.zeros((len(rows), tail_width), bool)
+    for prompt, row, k in zip(prompts, rows_of, keeps):
+      keep[row] = k
+      tokens[row, tail_width - (len(prompt) - k):] = prompt[k:]
+      valid[row, tail_width - (len(prompt) - k):] = True
+    return rows_of, keep, tokens, valid, slots
 
   def _finish(self, prompts, config, out_tokens, out_logp, out_slogp, count, reason):
     result = GenerationResult([], [], [], [], [], [len(p) for p in prompts])
