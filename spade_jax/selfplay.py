@@ -21,6 +21,7 @@ from spade_jax import roles
 from spade_jax.curriculum import DESIGNER_SCORES, EnvMemory, EnvRecord, ScoreInputs, designer_advantages
 from spade_jax.curriculum import designer_scores, plr, skills_for_regeneration
 from spade_jax.curriculum.corpus import load_corpus
+from spade_jax.envs.api import extract_boxed
 from spade_jax.envs.compile import compile_env
 from spade_jax.envs.program import ProgramError
 from spade_jax.envs.validate import validate
@@ -281,6 +282,7 @@ class SelfPlay:
         "agent/win_rate": float(np.mean([t.won for t in played])) if played else float("nan"),
         "agent/episodes": len(trajectories),
         "agent/mean_turns": float(np.mean([len(t.actions) for t in trajectories])) if trajectories else 0.0,
+        "agent/boxed_share": float(np.mean([boxed_share(t) for t in trajectories])) if trajectories else 0.0,
         "agent/truncated_share": float(np.mean([t.truncated for t in trajectories])) if trajectories else 0.0,
     }
     if hinted:
@@ -294,7 +296,8 @@ class SelfPlay:
     if not trajectories:
       return []
     groups = {g: i for i, g in enumerate(dict.fromkeys(t.group for t in trajectories))}
-    rewards = np.array([t.episode_reward for t in trajectories], np.float32)
+    bonus = self.cfg.rl.format_bonus
+    rewards = np.array([t.episode_reward + bonus * boxed_share(t) for t in trajectories], np.float32)
     advantages = np.asarray(estimator(rewards, np.array([groups[t.group] for t in trajectories])))
     return [
         Sample(t.tokens, t.loss_mask, t.behaviour_logprobs, float(a), AGENT)
@@ -426,6 +429,13 @@ class SelfPlay:
     metrics.update(timer.pop())
     self.iteration += 1
     return metrics
+
+
+def boxed_share(trajectory) -> float:
+  """Share of the agent's replies that hold a complete \\boxed{...} action (0 with no replies)."""
+  if not trajectory.actions:
+    return 0.0
+  return sum(extract_boxed(a) is not None for a in trajectory.actions) / len(trajectory.actions)
 
 
 def _pad(values: list[float], n: int) -> list[float]:

@@ -33,6 +33,7 @@ class RLConfig:
   master_fp32: bool = True  # keep (and update) params in float32 even if the model stores bfloat16
   logprob_chunk: int | None = None  # time steps per chunk of the output projection (saves the [B, T, V] logits); None: all at once
   seed: int = 0  # seeds the RNG carried in the train state
+  format_bonus: float = 0.0  # agent reward + this x the share of its replies holding a complete \boxed{...} (SPADE: 0; shaping for small models that never answer in the action format)
 
   def __post_init__(self):
     if not (0.0 <= self.eps_low < 1.0) or self.eps_high < 0.0:
@@ -55,6 +56,8 @@ class RLConfig:
       raise ValueError(f"micro_batches must be >= 1, got {self.micro_batches}")
     if self.compute_dtype not in COMPUTE_DTYPES:
       raise ValueError(f"compute_dtype {self.compute_dtype!r} is not one of {COMPUTE_DTYPES}")
+    if not 0.0 <= self.format_bonus <= 1.0:
+      raise ValueError(f"format_bonus must be in [0, 1], got {self.format_bonus}")
     if self.logprob_chunk is not None and self.logprob_chunk <= 0:
       raise ValueError(f"logprob_chunk must be positive or None, got {self.logprob_chunk}")
     from spade_jax.rl.advantages import get_advantage_estimator  # noqa: PLC0415 (avoid a cycle)
