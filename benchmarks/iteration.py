@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-PHASES = ("designer", "hints", "plays", "update")
+PHASES = ("designer", "validation", "hints", "plays", "update")
 
 
 def run_once(config_name: str, overrides: list[str], out: Path) -> dict:

@@ -6,6 +6,7 @@ calls lives in its own module (roles, envs, rollout, rl, curriculum, checkpoint,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -134,7 +135,8 @@ class SelfPlay:
     for budget in sorted(set(budgets)):
       picked = [i for i, b in enumerate(budgets) if b == budget]
       sampling = dataclasses.replace(cfg.designer_sampling, max_new_tokens=budget)
-      part = self.policy.generate([prompts[i] for i in picked], sampling, self._key("designer"))
+      with self._phase("designer"):
+        part = self.policy.generate([prompts[i] for i in picked], sampling, self._key("designer"))
       for j, i in enumerate(picked):
         rows[i] = (part.prompt_lengths[j], part.tokens[j], part.logprobs[j], part.texts[j])
     texts = [row[3] for row in rows]
@@ -142,7 +144,8 @@ class SelfPlay:
     for request, prompt, (used, tokens, logprobs, text) in zip(requests, prompts, rows):
       source, rejected = roles.designer_program(request, text)  # a tune reply is applied to its base
       env = PoolEnv(self._new_id("env"), request.skill, "designer", source, False)
-      env = self.check(env) if rejected is None else dataclasses.replace(env, errors=[rejected])
+      with self._phase("validation"):
+        env = self.check(env) if rejected is None else dataclasses.replace(env, errors=[rejected])
       # The prompt as the sampler saw it (Policy.generate keeps the tail of an over-long prompt).
       env.designer_sample = {"prompt": prompt[len(prompt) - used:], "tokens": tokens, "logprobs": logprobs}
       pool.append(env)
@@ -178,12 +181,14 @@ class SelfPlay:
     if not envs:
       return
     prompts = [self.policy.chat_tokens(roles.repair_prompt(e.source, e.errors, self.cfg.roles)) for e in envs]
-    result = self.policy.generate(prompts, self.cfg.designer_sampling, self._key("repair"))
+    with self._phase("designer"):
+      result = self.policy.generate(prompts, self.cfg.designer_sampling, self._key("repair"))
     for env, text in zip(envs, result.texts):
       repaired = roles.parse_designer_output(text)
       if not repaired:
         continue
-      trial = self.check(PoolEnv(env.env_id, env.skill, env.origin, repaired, False))
+      with self._phase("validation"):
+        trial = self.check(PoolEnv(env.env_id, env.skill, env.origin, repaired, False))
       if trial.valid:
         env.source, env.backend, env.errors = repaired, trial.backend, []
         env.valid, env.origin = True, "designer-repaired"
@@ -257,6 +262,9 @@ class SelfPlay:
 
   def _agent_generate(self, prompts):
     return generations_of(self.policy.generate(prompts, self.cfg.agent_sampling, self._key("agent")))
+
+  def _phase(self, name: str):
+    return self.timer.phase(name) if self.timer is not None else contextlib.nullcontext()
 
   def _key(self, what: str):
     return jax.random.key(int(self.rng.integers(2**31)))
@@ -408,8 +416,7 @@ class SelfPlay:
         designer, score_metrics = self.score_pool(agent_count)
         metrics.update(score_metrics)
     if regen:
-      with timer.phase("designer"):
-        pool = self.design_pool()
+      pool = self.design_pool()  # timed as its "designer" (generation) and "validation" phases
       # Valid as first written (what the designer is rewarded for); repairs are counted apart.
       metrics["designer/valid_rate"] = float(np.mean([e.valid and e.origin == "designer" for e in pool]))
       metrics["designer/repaired_rate"] = float(np.mean([e.origin == "designer-repaired" for e in pool]))
