@@ -291,23 +291,26 @@ def _decode(graphdef, params, cache, logits_bv, last_pos_b, live_b, row_ids, key
   return tokens, lp, slp, count, reason, cache
 
 
-def _extend(graphdef, params, cache, tokens_bt, valid_bt, keep_b, *, slots: int, cache_sharding):
+def _grow(cache, *, slots: int, cache_sharding):
+  """The cache copied into a larger, zero-padded one (new slots are empty and invalid)."""
+  grow = slots - cache.slots
+  cache = KVCache(
+      k=jnp.pad(cache.k, ((0, 0),) * 4 + ((0, grow),)),
+      v=jnp.pad(cache.v, ((0, 0),) * 3 + ((0, grow), (0, 0))),
+      valid=jnp.pad(cache.valid, ((0, 0), (0, grow))),
+      index=cache.index,
+  )
+  if cache_sharding is not None:
+    cache = jax.lax.with_sharding_constraint(cache, cache_sharding)
+  return cache
+
+
+def _extend(graphdef, params, cache, tokens_bt, valid_bt, keep_b):
   """Prefill on top of a kept cache: row r keeps its first `keep_b[r]` cached tokens (later ones are
-  marked invalid, so a row can also be cut back), then its left-padded suffix is written at
-  `cache.index` with positions continuing from `keep_b[r]`. A larger `slots` grows the cache by
-  copying it into a zero-padded one first.
+  marked invalid, so a row can also be cut back), then its left-padded tail is written at
+  `cache.index` with positions continuing from `keep_b[r]`.
   """
   model = nnx.merge(graphdef, params)
-  grow = slots - cache.slots
-  if grow:
-    cache = KVCache(
-        k=jnp.pad(cache.k, ((0, 0),) * 4 + ((0, grow),)),
-        v=jnp.pad(cache.v, ((0, 0),) * 3 + ((0, grow), (0, 0))),
-        valid=jnp.pad(cache.valid, ((0, 0), (0, grow))),
-        index=cache.index,
-    )
-    if cache_sharding is not None:
-      cache = jax.lax.with_sharding_constraint(cache, cache_sharding)
   # Slots fill in token order, so a row's n-th valid slot holds its n-th cached token.
   held = jnp.cumsum(cache.valid, axis=1, dtype=jnp.int32)
   cache = cache.replace(valid=cache.valid & (held <= keep_b[:, None]))
@@ -320,9 +323,10 @@ def _extend(graphdef, params, cache, tokens_bt, valid_bt, keep_b, *, slots: int,
 # Process-wide: every Sampler over models of the same structure shares the compiled programs.
 _PREFILL = jax.jit(_prefill, static_argnums=0, static_argnames=("slots", "cache_dtype", "cache_sharding"))
 _DECODE = jax.jit(_decode, static_argnums=0, static_argnames=("mode", "new_room"), donate_argnums=(2,))
-# Same slots: the cache is updated in place. Growing: a new, larger cache (nothing to donate into).
-_EXTEND = jax.jit(_extend, static_argnums=0, static_argnames=("slots", "cache_sharding"), donate_argnums=(2,))
-_EXTEND_GROW = jax.jit(_extend, static_argnums=0, static_argnames=("slots", "cache_sharding"))
+_EXTEND = jax.jit(_extend, static_argnums=0, donate_argnums=(2,))
+# A plain copy (a cheap compile per size pair), so the model-sized extend program compiles per cache
+# size only, not per (old size, new size).
+_GROW = jax.jit(_grow, static_argnames=("slots", "cache_sharding"))
 
 
 @dataclasses.dataclass
@@ -425,7 +429,7 @@ class Sampler:
   def compile_count(self) -> int:
     """Programs compiled so far in this process by all Samplers (prefill, extend, decode); bounded by
     the buckets and model structures, not by the number of calls."""
-    return sum(f._cache_size() for f in (self._prefill, self._decode, _EXTEND, _EXTEND_GROW))
+    return sum(f._cache_size() for f in (self._prefill, self._decode, _EXTEND, _GROW))
 
   def forget(self) -> None:
     """Drop the cache kept from the last call (its memory is freed; the next call prefills fully)."""
@@ -444,9 +448,12 @@ class Sampler:
     layers (their window counts slots, and a reused row has holes), there are more prompts than
     cache rows, nothing is shared, or feeding the tails is no cheaper than a full prefill (kept
     rows x tail bucket >= batch x prompt bucket). A cache without room for the tails plus the new
-    tokens is grown by copying to (prompt bucket of index + tail) + new-token room, the same sizes
-    a fresh prefill allocates, so compiles stay bounded; if that would make it more than twice the
-    size of a fresh cache (too many holes to decode over), the call falls back to a full prefill.
+    tokens is grown by copying (a separate small program) to (a prompt bucket) + new-token room,
+    always a size a fresh prefill could allocate too, so extend/decode compiles stay bounded by the
+    buckets; the bucket is the smallest past index + tail + new-token room (a turn of headroom) or,
+    if that is over the cap below, past index + tail. If the cache would be more than twice the size
+    of a fresh one (too many holes to attend over), the call falls back to a full prefill, which
+    also compacts the cache.
     """
     if not prompts:
       raise ValueError("generate needs at least one prompt")
@@ -496,11 +503,11 @@ class Sampler:
     else:
       rows_of, keep, tokens, valid, slots = plan
       batch = len(kept.rows)
-      extend = _EXTEND if slots == kept.cache.slots else _EXTEND_GROW
       cache, kept = kept.cache, None
-      logits, cache, last_pos = extend(
-          graphdef, params, cache, self._put_batch(tokens), self._put_batch(valid),
-          self._put_batch(keep), slots=slots, cache_sharding=self._cache_sharding(),
+      if slots > cache.slots:
+        cache = _GROW(cache, slots=slots, cache_sharding=self._cache_sharding())
+      logits, cache, last_pos = _EXTEND(
+          graphdef, params, cache, self._put_batch(tokens), self._put_batch(valid), self._put_batch(keep)
       )
       self.last_reused_tokens = int(keep.sum())
     live = np.zeros(batch, bool)
@@ -554,13 +561,13 @@ class Sampler:
     tail_width = _bucket(tail, config.prompt_buckets, "prompt length")
     if len(rows) * tail_width >= batch * width:
       return None
-    slots = kept.cache.slots
+    slots, cap = kept.cache.slots, 2 * (width + new_room)
     if kept.index + tail_width + new_room > slots:
-      try:
-        slots = _bucket(kept.index + tail_width, config.prompt_buckets, "cache size") + new_room
-      except ValueError:
-        return None
-    if slots > 2 * (width + new_room):
+      # Preferably with a turn's worth of headroom, so that the next turn need not grow it again.
+      fits = [b + new_room for b in config.prompt_buckets if b >= kept.index + tail_width]
+      roomy = [s for s in fits if s >= kept.index + tail_width + 2 * new_room and s <= cap]
+      slots = (roomy or fits or [cap + 1])[0]
+    if slots > cap:
       return None
     keep = np.zeros(len(rows), np.int32)
     tokens = np.full((len(rows), tail_width), self.pad_token_id, np.int32)
