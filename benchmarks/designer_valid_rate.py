@@ -113,6 +113,7 @@ def main():
     parser.add_argument("--max-new-tokens", type=int, default=1536, help="write and edit modes")
     parser.add_argument("--tune-max-new-tokens", type=int, default=None, help="default: the config's roles value")
     parser.add_argument("--config", default="default", help="experiment config whose roles settings and mix are used")
+    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. roles.tune_show_program=true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--modes", default="write,edit,tune")
     parser.add_argument("--no-repair", action="store_true")
@@ -121,7 +122,7 @@ def main():
 
     from spade_jax.config import load_config  # noqa: PLC0415
 
-    experiment = load_config(args.config)
+    experiment = load_config(args.config, args.overrides)
     if args.temperature is None:
         args.temperature = experiment.designer_sampling.temperature
     if args.tune_max_new_tokens is None:

@@ -449,7 +449,8 @@ def _tune_request(skill: str, game: str, constants: Sequence[str], win_rate: flo
         "Its constants, with their current values:\n```python\n" + "\n".join(constants) + "\n```",
         _edit_instruction(win_rate, lead="Tune it into")
         + " Change one to three of these constants; keep every turn limit at most 25 and the game solvable. "
-        "Reply with only the changed constants, one `NAME = value` line each, in one ```python block.",
+        "Reply with only the changed constants, one `NAME = value` line each, in one ```python block. "
+        "Use only these names: " + ", ".join(line.split(" =")[0] for line in constants) + ".",
     ])
 
 
