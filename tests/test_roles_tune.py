@@ -228,7 +228,7 @@ def test_design_pool_samples_tune_requests_in_their_own_small_batch():
     cfg = load_config("default", ["pool_size=12", "roles.edit_prob=1.0", "roles.tune_prob=0.5",
                                   "roles.tune_max_new_tokens=40", "roles.repair=false"])
     play = SelfPlay.__new__(SelfPlay)
-    play.cfg, play.policy, play.iteration, play.envs_made = cfg, _FakePolicy(), 0, 0
+    play.cfg, play.policy, play.iteration, play.envs_made, play.timer = cfg, _FakePolicy(), 0, 0, None
     play.rng, play.corpus, play.memory = np.random.default_rng(1), None, EnvMemory()
     play.archive = type("Archive", (), {"add": lambda self, source, meta: None})()
     checked = []
