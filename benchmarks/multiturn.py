@@ -1,0 +1,110 @@
+"""Episodes per second of the host loop (`rollout.play_episodes`, one `Sampler.generate` per turn over
+every live conversation) with the Sampler's cross-call prefix reuse on (ours) against off (baseline:
+each turn re-prefills the whole conversation), same model, environment, seeds, greedy decoding.
+
+    .venv/bin/python benchmarks/multiturn.py [--model smollm2-135m-instruct|tiny] [--env odd_one_out]
+        [--batch 16] [--turns 6] [--max-new-tokens 32] [--repeats 2]
+
+Each side first plays the same seeds once untimed (its compiles: prefill buckets for the baseline,
+extend/grow programs for reuse), then `--repeats` timed plays; greedy decoding makes every play of
+a side identical, so the timed plays compile nothing. The figure is the best repeat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import time
+
+import jax
+
+from spade_jax import roles
+from spade_jax.envs.library import load_library_env
+from spade_jax.rollout import Generation, RolloutConfig, play_episodes
+from spade_jax.sampling import Sampler, SamplingConfig
+
+
+def load(name: str):
+  if name == "tiny":
+    from spade_jax.models.presets import get_preset, init_decoder  # noqa: PLC0415
+    from spade_jax.models.tokenizer import byte_tokenizer  # noqa: PLC0415
+
+    spec = dataclasses.replace(get_preset("tiny"), max_position=8192)
+    return init_decoder(spec, seed=0), byte_tokenizer(eos_token_ids=spec.eos_token_ids)
+  from spade_jax.models.registry import load_model  # noqa: PLC0415
+
+  loaded = load_model(name)
+  return loaded.model, loaded.tokenizer
+
+
+class Counted:
+  """A play_episodes generate function over one Sampler that tallies prompt tokens fed vs reused."""
+
+  def __init__(self, sampler, sampling):
+    self.sampler, self.sampling = sampler, sampling
+    self.prompt_tokens = self.reused_tokens = self.calls = self.reused_calls = 0
+
+  def __call__(self, prompts):
+    result = self.sampler.generate(prompts, self.sampling, 0)
+    self.calls += 1
+    self.prompt_tokens += sum(len(p) for p in prompts)
+    self.reused_tokens += self.sampler.last_reused_tokens
+    self.reused_calls += self.sampler.last_reused_tokens > 0
+    return [Generation(t, lp, r) for t, lp, r in zip(result.tokens, result.logprobs, result.finish_reasons)]
+
+
+def play(env_name, model, tokenizer, sampling, rollout, seeds):
+  generate = Counted(Sampler(model, tokenizer), sampling)
+  t0 = time.perf_counter()
+  trajectories = play_episodes([load_library_env(env_name) for _ in seeds], seeds, generate, tokenizer,
+                               rollout, format_observation=roles.with_hint)
+  return trajectories, generate, time.perf_counter() - t0
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--model", default="smollm2-135m-instruct")
+  parser.add_argument("--env", default="odd_one_out")
+  parser.add_argument("--batch", type=int, default=16)
+  parser.add_argument("--turns", type=int, default=6)
+  parser.add_argument("--max-new-tokens", type=int, default=32)
+  parser.add_argument("--repeats", type=int, default=2)
+  args = parser.parse_args()
+
+  model, tokenizer = load(args.model)
+  base = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=0.0)
+  rollout = RolloutConfig(max_turns=args.turns, max_context_tokens=model.spec.max_position - 2 * args.max_new_tokens)
+  seeds = list(range(args.batch))
+  print(f"env {args.env}, model {args.model}, batch {args.batch}, up to {args.turns} turns, "
+        f"{args.max_new_tokens} new tokens per turn, greedy; {jax.devices()[0].platform}, "
+        f"load average {os.getloadavg()[0]:.1f}")
+
+  sides = {"reuse on (ours)": base, "reuse off (baseline)": base.replace(reuse_prefix=False)}
+  best, first, outcome = {}, {}, {}
+  for name, sampling in sides.items():  # untimed first play: compiles
+    _, _, first[name] = play(args.env, model, tokenizer, sampling, rollout, seeds)
+  for _ in range(args.repeats):
+    for name, sampling in sides.items():
+      trajectories, counts, seconds = play(args.env, model, tokenizer, sampling, rollout, seeds)
+      best[name] = min(best.get(name, float("inf")), seconds)
+      outcome[name] = (trajectories, counts)
+
+  (ours_traj, ours_counts), (base_traj, base_counts) = outcome.values()
+  same = sum(a.tokens == b.tokens for a, b in zip(ours_traj, base_traj))
+  turns = sum(len(t.actions) for t in ours_traj)
+  longest = max(len(t.tokens) for t in ours_traj)
+  print(f"{turns} agent turns in {base_counts.calls} generate calls; longest conversation {longest} "
+        f"tokens; identical trajectories: {same}/{args.batch}")
+  print(f"prompt tokens: {base_counts.prompt_tokens} prefilled by the baseline; with reuse "
+        f"{ours_counts.reused_tokens} taken from the kept cache ({ours_counts.reused_calls}/"
+        f"{ours_counts.calls} calls), {ours_counts.prompt_tokens - ours_counts.reused_tokens} fed")
+  for name in sides:
+    print(f"{name:22s} {args.batch / best[name]:8.3f} episodes/s  ({best[name]:.1f}s per batch, best of "
+          f"{args.repeats}; first play incl. compiles {first[name]:.1f}s)")
+  ours, baseline = (args.batch / best[name] for name in sides)
+  print(f"ratio: {ours / baseline:.2f}x")
+
+
+if __name__ == "__main__":
+  main()
