@@ -1,7 +1,9 @@
 """Wall time per self-play phase, ours (JAX backend where programs fit) vs the sandbox forced for
 every environment (the baseline: how a sandbox-only stack would run the same iteration).
 
-python benchmarks/iteration.py [--config tiny|default] [--iterations N] [key=value ...]
+python benchmarks/iteration.py [--config tiny|default] [--iterations N] [--out DIR] [key=value ...]
+
+With --out the two run directories are kept (DIR/auto, DIR/sandbox: metrics, envs, plots).
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--config", default="tiny")
   parser.add_argument("--iterations", type=int, default=2)
+  parser.add_argument("--out", help="keep the two run directories here (default: a temporary one)")
   parser.add_argument("overrides", nargs="*")
   args = parser.parse_args(argv)
   common = [f"iterations={args.iterations}", *args.overrides]
   with tempfile.TemporaryDirectory() as tmp:
-    ours = run_once(args.config, [*common, "backend=auto"], Path(tmp) / "auto")
-    base = run_once(args.config, [*common, "backend=sandbox"], Path(tmp) / "sandbox")
+    root = Path(args.out) if args.out else Path(tmp)
+    ours = run_once(args.config, [*common, "backend=auto"], root / "auto")
+    base = run_once(args.config, [*common, "backend=sandbox"], root / "sandbox")
   print(f"config {args.config}, {args.iterations} iterations; seconds per phase (sum over iterations)")
   print("| phase | ours (auto backend) | baseline (sandbox forced) | baseline / ours |")
   print("|---|---|---|---|")
