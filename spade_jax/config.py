@@ -258,6 +258,7 @@ class Config:
   env_pool: str | None = None  # fixed_pool: directory of *.py environment programs (default: the library)
   backend: str = "auto"  # environment backend: auto (JAX where the program fits), jax or sandbox
   max_parallel_episodes: int = 64  # episodes played in lockstep (each sandboxed env is a process)
+  play_loop: str = "host"  # host: one generate call per turn over every env; device: JAX-backend envs play inside one compiled loop each (fast per episode on accelerators, one compile per program)
   checkpoint_every: int = 1  # save a checkpoint every this many iterations
   keep_checkpoints: int = 3  # checkpoints kept on disk (older ones are deleted)
   tensorboard: bool = True  # write TensorBoard event files
@@ -284,6 +285,7 @@ class Config:
   def __post_init__(self):
     choice(self.mode, MODES, "mode")
     choice(self.backend, ("auto", "jax", "sandbox"), "backend")
+    choice(self.play_loop, ("host", "device"), "play_loop")
     for key in ("iterations", "regen_interval", "pool_size", "group_size", "max_parallel_episodes",
                 "checkpoint_every", "keep_checkpoints"):
       positive(getattr(self, key), key)

@@ -30,6 +30,7 @@ from spade_jax.rl.advantages import get_advantage_estimator
 from spade_jax.rl.batch import AGENT, DESIGNER
 from spade_jax.rl.collate import Sample
 from spade_jax.rollout import Generation, play_episodes
+from spade_jax.rollout_device import play_episodes_device
 
 log = logging.getLogger("spade_jax.selfplay")
 
@@ -227,6 +228,8 @@ class SelfPlay:
         for g in range(cfg.group_size):
           jobs.append((env, arm, int(self.rng.integers(2**31))))
     trajectories = []
+    if cfg.play_loop == "device":
+      trajectories, jobs = self._play_on_device(jobs)
     for start in range(0, len(jobs), cfg.max_parallel_episodes):
       chunk = jobs[start : start + cfg.max_parallel_episodes]
       instances = []
@@ -251,6 +254,30 @@ class SelfPlay:
             except Exception:  # noqa: BLE001 (closing a crashed env must not end the run)
               pass
     return trajectories
+
+  def _play_on_device(self, jobs):
+    """Plays the jobs of JAX-backend environments in the compiled device loop, one call per
+    environment; returns their trajectories and the jobs left for the host loop."""
+    by_env: dict = {}
+    rest = []
+    for job in jobs:
+      try:
+        compiled = self.compiled(job[0])
+      except (ProgramError, ValueError, RuntimeError, OSError):
+        compiled = None  # the host loop reports the error in the trajectory
+      if compiled is not None and compiled.backend == "jax":
+        by_env.setdefault(job[0].env_id, (compiled, []))[1].append(job)
+      else:
+        rest.append(job)
+    trajectories = []
+    for compiled, env_jobs in by_env.values():
+      trajectories += play_episodes_device(
+          compiled.transpiled, [seed for _, _, seed in env_jobs], self.policy.model, self.policy.tokenizer,
+          self.cfg.agent_sampling, self.cfg.rollout, self._key("agent"),
+          hints=[env.hint if arm == "hint" else None for env, arm, _ in env_jobs],
+          groups=[(env.env_id, arm) for env, arm, _ in env_jobs],
+      )
+    return trajectories, rest
 
   def compiled(self, env: PoolEnv):
     """The runnable form of a program, built once per distinct source (transpiling and the JAX
