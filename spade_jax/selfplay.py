@@ -457,6 +457,7 @@ class SelfPlay:
     samples = self.agent_samples(trajectories) + designer
     metrics["agent/samples"] = sum(s.role == AGENT for s in samples)
     metrics["designer/samples"] = sum(s.role == DESIGNER for s in samples)
+    self.policy.sampler.forget()  # the update invalidates the kept KV cache: free it first
     with timer.phase("update"):
       metrics.update(self.learner.update(samples))
     metrics["memory/size"] = len(self.memory)
