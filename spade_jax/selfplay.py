@@ -449,6 +449,12 @@ class SelfPlay:
       metrics["designer/repaired_rate"] = float(np.mean([e.origin == "designer-repaired" for e in pool]))
       metrics["designer/programs"] = len(pool)
       self.pool = self.fill_from_library(pool) + self.replay_envs()
+      with self._phase("validation"):  # top-ups and replays get their backend here, not mid-play
+        for env in self.pool:
+          try:
+            self.compiled(env)
+          except (ProgramError, ValueError, RuntimeError, OSError):
+            pass  # the plays record the error in each trajectory
       with timer.phase("hints"):
         self.write_hints()
     with timer.phase("plays"):
