@@ -13,7 +13,6 @@ a side identical, so the timed plays compile nothing. The figure is the best rep
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import time
 
@@ -21,21 +20,11 @@ import jax
 
 from spade_jax import roles
 from spade_jax.envs.library import load_library_env
-from spade_jax.rollout import Generation, RolloutConfig, play_episodes
+from spade_jax.rollout import RolloutConfig, play_episodes
 from spade_jax.sampling import Sampler, SamplingConfig
+from spade_jax.selfplay import generations_of
 
-
-def load(name: str):
-  if name == "tiny":
-    from spade_jax.models.presets import get_preset, init_decoder  # noqa: PLC0415
-    from spade_jax.models.tokenizer import byte_tokenizer  # noqa: PLC0415
-
-    spec = dataclasses.replace(get_preset("tiny"), max_position=8192)
-    return init_decoder(spec, seed=0), byte_tokenizer(eos_token_ids=spec.eos_token_ids)
-  from spade_jax.models.registry import load_model  # noqa: PLC0415
-
-  loaded = load_model(name)
-  return loaded.model, loaded.tokenizer
+from rollout import load  # benchmarks/rollout.py: the same tiny-or-named model loader
 
 
 class Counted:
@@ -51,7 +40,7 @@ class Counted:
     self.prompt_tokens += sum(len(p) for p in prompts)
     self.reused_tokens += self.sampler.last_reused_tokens
     self.reused_calls += self.sampler.last_reused_tokens > 0
-    return [Generation(t, lp, r) for t, lp, r in zip(result.tokens, result.logprobs, result.finish_reasons)]
+    return generations_of(result)
 
 
 def play(env_name, model, tokenizer, sampling, rollout, seeds):
