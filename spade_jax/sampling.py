@@ -293,13 +293,7 @@ def _decode(graphdef, params, cache, logits_bv, last_pos_b, live_b, row_ids, key
 
 def _grow(cache, *, slots: int, cache_sharding):
   """The cache copied into a larger, zero-padded one (new slots are empty and invalid)."""
-  grow = slots - cache.slots
-  cache = KVCache(
-      k=jnp.pad(cache.k, ((0, 0),) * 4 + ((0, grow),)),
-      v=jnp.pad(cache.v, ((0, 0),) * 3 + ((0, grow), (0, 0))),
-      valid=jnp.pad(cache.valid, ((0, 0), (0, grow))),
-      index=cache.index,
-  )
+  cache = cache.padded(slots)
   if cache_sharding is not None:
     cache = jax.lax.with_sharding_constraint(cache, cache_sharding)
   return cache

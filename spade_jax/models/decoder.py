@@ -68,6 +68,13 @@ class KVCache:
     return KVCache(k=self.k[..., :width], v=self.v[..., :width, :], valid=self.valid[:, :width],
                    index=self.index)
 
+  def padded(self, slots: int) -> "KVCache":
+    """This cache with empty, invalid slots appended up to `slots`."""
+    grow = slots - self.slots
+    return KVCache(k=jnp.pad(self.k, ((0, 0),) * 4 + ((0, grow),)),
+                   v=jnp.pad(self.v, ((0, 0),) * 3 + ((0, grow), (0, 0))),
+                   valid=jnp.pad(self.valid, ((0, 0), (0, grow))), index=self.index)
+
   def merge(self, view: "KVCache") -> "KVCache":
     """This cache with an (updated) `window` view written back over its first slots."""
     put = lambda full, part: jax.lax.dynamic_update_slice(full, part, (0,) * full.ndim)  # noqa: E731
