@@ -109,8 +109,18 @@ def _load_policy(args: argparse.Namespace) -> tuple[Any, dict]:
         except (ValueError, FileNotFoundError) as err:
             raise UsageError(str(err)) from None
         source = {"model": args.model}
-    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
-    policy = evaluation.model_policy(loaded.model, loaded.tokenizer, sampling, seed=args.seed)
+    # The agent answers as it was trained to: the run's forced reply prefix and stop strings.
+    run_config = _run_config(Path(args.run)) if args.run else {}
+    reply_prefix = args.reply_prefix
+    if reply_prefix is None:
+        reply_prefix = str((run_config.get("rollout") or {}).get("reply_prefix") or "")
+    stops = args.stop
+    if stops is None:
+        stops = list((run_config.get("agent_sampling") or {}).get("stop_strings") or [])
+    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                              stop_strings=tuple(stops))
+    policy = evaluation.model_policy(loaded.model, loaded.tokenizer, sampling, seed=args.seed,
+                                     reply_prefix=reply_prefix)
     return policy, source
 
 
@@ -145,6 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", help="JSON report path (default for --run: RUN/eval_<suite>.json)")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="tokens per agent reply")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    parser.add_argument("--reply-prefix", default=None,
+                        help="text forced at the start of every reply, e.g. '\\boxed{' "
+                             "(default for --run: the run's rollout.reply_prefix, else none)")
+    parser.add_argument("--stop", action="append", default=None, metavar="TEXT",
+                        help="stop string, repeatable (default for --run: the run's agent_sampling.stop_strings)")
     parser.add_argument("--batch-size", type=int, default=16,
                         help="most conversations per generation call (bounds prefill memory)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")

@@ -286,6 +286,8 @@ class Config:
     choice(self.mode, MODES, "mode")
     choice(self.backend, ("auto", "jax", "sandbox"), "backend")
     choice(self.play_loop, ("host", "device"), "play_loop")
+    if self.play_loop == "device" and self.rollout.reply_prefix:
+      raise ConfigError("rollout.reply_prefix needs play_loop=host (the device loop reads whole replies)")
     for key in ("iterations", "regen_interval", "pool_size", "group_size", "max_parallel_episodes",
                 "checkpoint_every", "keep_checkpoints"):
       positive(getattr(self, key), key)

@@ -492,7 +492,8 @@ def tokens_policy(
 
 
 def model_policy(
-    model: Any, tokenizer: Any, sampling_config: Any = None, *, mesh: Any = None, seed: int = 0
+    model: Any, tokenizer: Any, sampling_config: Any = None, *, mesh: Any = None, seed: int = 0,
+    reply_prefix: str = "",
 ) -> Policy:
     """Policy backed by spade_jax.sampling.Sampler on `model` (greedy, 256 new tokens unless
     `sampling_config` says otherwise); each call draws a fresh key folded from `seed`."""
@@ -511,7 +512,8 @@ def model_policy(
     room = model.spec.max_position - config.max_new_tokens
 
     def policy(conversations: list[Messages]) -> list[str]:
-        prompts = [_prompt_ids(tokenizer, messages) for messages in conversations]
+        forced = tokenizer.encode(reply_prefix, add_special_tokens=False) if reply_prefix else []
+        prompts = [_prompt_ids(tokenizer, messages) + forced for messages in conversations]
         fits = [i for i, p in enumerate(prompts) if len(p) <= room]
         if len(fits) < len(prompts):
             _log.warning("%d conversation(s) exceed the model's context; they get an empty reply",
@@ -521,7 +523,7 @@ def model_policy(
             key = jax.random.fold_in(base_key, next(calls))
             result = sampler.generate([prompts[i] for i in fits], config, key=key)
             for i, text in zip(fits, result.texts):
-                replies[i] = text
+                replies[i] = reply_prefix + text
         return replies
 
     return policy

@@ -19,7 +19,10 @@ class RolloutConfig:
   max_turns: int = 25  # SPADE's turn limit per episode
   max_context_tokens: int = 4096  # an episode whose tokens would pass this is cut (truncated)
   loss_on_truncated: bool = False  # SPADE: trajectories cut by the turn limit carry no loss
-  system_prompt: str | None = None  # optional system turn for the agent
+  system_prompt: str | None = None  # the agent's system turn (self-play: None is roles.AGENT_SYSTEM, "" none)
+  # Text every agent reply starts with, forced rather than sampled (prompt side: no loss, no
+  # logprob). "\\boxed{" with the stop string "}" makes a small model answer in the action format.
+  reply_prefix: str = ""
   step_workers: int = 8  # environment steps run concurrently on this many threads
 
   def __post_init__(self):
@@ -91,22 +94,26 @@ class ChatStream:
   sampled); only the template text between turns is tokenized.
   """
 
-  def __init__(self, tokenizer: Tokenizer, system_prompt: str | None = None):
+  def __init__(self, tokenizer: Tokenizer, system_prompt: str | None = None, reply_prefix: str = ""):
     self.tokenizer = tokenizer
     self.messages: list[dict] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    self.reply_prefix = reply_prefix
+    # Tokenized on its own, so every reply starts with the same ids whatever precedes them.
+    self._prefix_ids = tokenizer.encode(reply_prefix, add_special_tokens=False) if reply_prefix else []
 
   def _render(self, messages, add_generation_prompt: bool) -> str:
     return self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
 
   def first_turn(self, user_text: str) -> list[int]:
     self.messages.append({"role": "user", "content": user_text})
-    return self.tokenizer.encode(self._render(self.messages, True), add_special_tokens=False)
+    return self.tokenizer.encode(self._render(self.messages, True), add_special_tokens=False) + self._prefix_ids
 
   def next_turn(self, reply_tokens: list[int], user_text: str) -> list[int]:
-    """Tokens that follow the agent's reply: the end of its turn, the user turn, the reply header."""
+    """Tokens that follow the agent's reply: the end of its turn, the user turn, the reply header
+    (and the forced reply prefix)."""
     ended_with_eos = bool(reply_tokens) and reply_tokens[-1] in self.tokenizer.eos_token_ids
     eos_text = self.tokenizer.decode(reply_tokens[-1:], skip_special_tokens=False) if ended_with_eos else ""
-    content = self.tokenizer.decode(reply_tokens, skip_special_tokens=True)
+    content = self.reply_prefix + self.tokenizer.decode(reply_tokens, skip_special_tokens=True)
     # Locate the end of the reply through a placeholder, so that short or empty replies (which
     # may also occur inside the template's own text) are found at the right place.
     history = self.messages
@@ -118,7 +125,7 @@ class ChatStream:
       tail = tail[len(eos_text):]
     delta = tail + following[len(through_reply):]
     self.messages = [*history, {"role": "assistant", "content": content}, {"role": "user", "content": user_text}]
-    return self.tokenizer.encode(delta, add_special_tokens=False)
+    return self.tokenizer.encode(delta, add_special_tokens=False) + self._prefix_ids
 
 
 _PLACEHOLDER = "\ue000spade-reply\ue001"
@@ -164,7 +171,7 @@ def play_episodes(
     for i, future in enumerate(resets):
       traj = Trajectory([], [], [], [], [], [], group=groups[i], meta={"hinted": hints[i] is not None})
       trajectories.append(traj)
-      stream = ChatStream(tokenizer, config.system_prompt)
+      stream = ChatStream(tokenizer, config.system_prompt, config.reply_prefix)
       streams.append(stream)
       try:
         obs, _info = future.result()
@@ -192,7 +199,7 @@ def play_episodes(
         traj.tokens.extend(reply.tokens)
         traj.loss_mask.extend([1] * len(reply.tokens))
         traj.behaviour_logprobs.extend(reply.logprobs)
-        action = tokenizer.decode(reply.tokens, skip_special_tokens=True)
+        action = config.reply_prefix + tokenizer.decode(reply.tokens, skip_special_tokens=True)
         traj.actions.append(action)
         actions.append(action)
       results = _step_all(executor, [envs[i] for i in live], actions)

@@ -520,6 +520,8 @@ class DeviceRollout:
                compiler_options: dict | None = None):
     if sampling.stop_strings:
       raise ValueError("the device loop cannot apply stop_strings (host-side); use stop_token_ids")
+    if rollout.reply_prefix:
+      raise ValueError("the device loop reads whole replies; rollout.reply_prefix needs the host loop")
     self.env, self.model, self.tokenizer = env, model, tokenizer
     self.sampling, self.rollout = sampling, rollout
     self.compiler_options = compiler_options

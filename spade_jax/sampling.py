@@ -51,7 +51,9 @@ class SamplingConfig:
   temperature: float = 1.0  # softmax temperature; 0 means greedy (argmax)
   top_p: float = 1.0  # nucleus: keep the smallest top set with this much probability (1 = off)
   top_k: int = 0  # keep only the k most likely tokens (0 = off)
-  stop_strings: tuple[str, ...] = ()  # host-side: cut the completion right after the first match
+  # Cut the completion right after the first match (host side); a sampled token whose own text
+  # holds a stop string also ends its row on device, so such rows do not run on to the budget.
+  stop_strings: tuple[str, ...] = ()
   stop_token_ids: tuple[int, ...] = ()  # device-side: these ids end a row like EOS (reason "stop")
   ignore_eos: bool = False  # keep going after EOS (benchmarks that need fixed lengths)
   prompt_buckets: tuple[int, ...] = _half_octaves(32, 1 << 17)  # padded prompt lengths
@@ -378,6 +380,7 @@ class Sampler:
     pad = getattr(tokenizer, "pad_token_id", None)
     self.pad_token_id = int(pad if pad is not None else (self.eos_token_ids or (0,))[0])
     self._prefill, self._decode = _PREFILL, _DECODE
+    self._stop_ids_cache: dict[tuple[str, ...], tuple[int, ...]] = {}
     self._kept: _Kept | None = None
     self.last_reused_tokens = 0  # prompt tokens the last call took from the kept cache (0: full prefill)
 
@@ -472,6 +475,7 @@ class Sampler:
 
     stop_ids = [] if config.ignore_eos else [(i, 1) for i in self.eos_token_ids]
     stop_ids += [(i, 2) for i in config.stop_token_ids if i not in dict(stop_ids)]
+    stop_ids += [(i, 2) for i in self._ids_holding(config.stop_strings) if i not in dict(stop_ids)]
     # Padded to a multiple of 8 so that a few more stop ids do not change the compiled shape.
     stop_ids += [(-1, 1)] * (-len(stop_ids) % 8 or (8 if not stop_ids else 0))
     mode = _Mode.of(config)
@@ -571,6 +575,20 @@ class Sampler:
       tokens[row, tail_width - (len(prompt) - k):] = prompt[k:]
       valid[row, tail_width - (len(prompt) - k):] = True
     return rows_of, keep, tokens, valid, slots
+
+  def _ids_holding(self, stop_strings: tuple[str, ...]) -> tuple[int, ...]:
+    """Token ids whose own text holds a stop string: sampling one ends the row on device (the host
+    cut would end the completion at that token anyway), so a row stops instead of running on to
+    max_new_tokens. Stop strings that span tokens are still found by the host cut alone."""
+    if not stop_strings or self.tokenizer is None:
+      return ()
+    if stop_strings not in self._stop_ids_cache:
+      decode = self.tokenizer.decode
+      self._stop_ids_cache[stop_strings] = tuple(
+          i for i in range(self.model.spec.vocab_size)
+          if any(s in decode([i], skip_special_tokens=False) for s in stop_strings)
+      )
+    return self._stop_ids_cache[stop_strings]
 
   def _finish(self, prompts, config, out_tokens, out_logp, out_slogp, count, reason):
     result = GenerationResult([], [], [], [], [], [len(p) for p in prompts])

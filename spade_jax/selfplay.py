@@ -77,6 +77,10 @@ class SelfPlay:
     self.cfg, self.policy, self.learner = config, policy, learner
     self.archive, self.timer = archive, timer  # logging.EnvArchive and logging.PhaseTimer
     self.rng = np.random.default_rng(config.seed)
+    rollout = config.rollout
+    if rollout.system_prompt is None:  # the agent's own prompt unless the config gives one
+      rollout = dataclasses.replace(rollout, system_prompt=roles.AGENT_SYSTEM)
+    self.rollout = rollout
     self.memory = EnvMemory.from_config(config.curriculum)
     self.corpus = load_corpus(config.corpus)
     self.pool: list[PoolEnv] = []
@@ -241,7 +245,7 @@ class SelfPlay:
       try:
         trajectories += play_episodes(
             instances, [seed for _, _, seed in chunk], self._agent_generate, self.policy.tokenizer,
-            cfg.rollout, hints=[env.hint if arm == "hint" else None for env, arm, _ in chunk],
+            self.rollout, hints=[env.hint if arm == "hint" else None for env, arm, _ in chunk],
             groups=[(env.env_id, arm) for env, arm, _ in chunk],
             format_observation=roles.with_hint,
         )
@@ -273,7 +277,7 @@ class SelfPlay:
     for compiled, env_jobs in by_env.values():
       trajectories += play_episodes_device(
           compiled.transpiled, [seed for _, _, seed in env_jobs], self.policy.model, self.policy.tokenizer,
-          self.cfg.agent_sampling, self.cfg.rollout, self._key("agent"),
+          self.cfg.agent_sampling, self.rollout, self._key("agent"),
           hints=[env.hint if arm == "hint" else None for env, arm, _ in env_jobs],
           groups=[(env.env_id, arm) for env, arm, _ in env_jobs],
       )

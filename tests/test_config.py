@@ -46,3 +46,12 @@ def test_bad_type_and_bad_choice_are_one_line():
 def test_override_without_equals_is_rejected():
   with pytest.raises(ConfigError, match="key=value"):
     parse_overrides(["seed"])
+
+
+def test_a_forced_reply_prefix_needs_the_host_loop():
+  from spade_jax.config import load_config
+
+  assert load_config("default").rollout.reply_prefix == "\\boxed{"
+  with pytest.raises(ConfigError, match="rollout.reply_prefix needs play_loop=host"):
+    load_config("default", ["play_loop=device"])
+  assert load_config("default", ["play_loop=device", "rollout.reply_prefix="]).play_loop == "device"

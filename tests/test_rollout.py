@@ -135,3 +135,26 @@ def test_an_episode_cut_by_the_context_budget_is_truncated_with_no_loss(tokenize
                           RolloutConfig(max_turns=20, max_context_tokens=400),
                           format_observation=lambda obs, hint: obs)
   assert traj.truncated and traj.cut_by_context and not any(traj.loss_mask)
+
+
+def test_a_reply_prefix_is_forced_into_the_stream_and_starts_every_action(tokenizer):
+  stream = ChatStream(tokenizer, system_prompt="Play.", reply_prefix="\\boxed{")
+  tokens = stream.first_turn("board 1")
+  replies = ["up}", "left} done"]
+  for reply, obs in zip(replies, ["board 2", "board 3"]):
+    tokens += _reply(tokenizer, reply) + stream.next_turn(_reply(tokenizer, reply), obs)
+  messages = [{"role": "system", "content": "Play."}, {"role": "user", "content": "board 1"},
+              {"role": "assistant", "content": "\\boxed{up}"}, {"role": "user", "content": "board 2"},
+              {"role": "assistant", "content": "\\boxed{left} done"}, {"role": "user", "content": "board 3"}]
+  # The template's rendering of the conversation, then the prefix that opens the next reply.
+  expected = tokenizer.encode_chat(messages, add_generation_prompt=True)
+  assert tokens == expected + tokenizer.encode("\\boxed{", add_special_tokens=False)
+
+  env = load_library_env("grid_maze")
+  env.reset(3)
+  plan = [action.removeprefix("\\boxed{") for action in env.solution()]
+  (traj,) = play_episodes([env], [3], _Scripted(tokenizer, [plan]), tokenizer,
+                          RolloutConfig(max_turns=40, reply_prefix="\\boxed{"),
+                          format_observation=lambda obs, hint: obs)
+  assert traj.won and traj.actions == ["\\boxed{" + a for a in plan]
+  assert sum(traj.loss_mask) == sum(len(_reply(tokenizer, a)) for a in plan)  # the prefix carries no loss

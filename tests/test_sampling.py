@@ -170,6 +170,26 @@ def test_stop_strings_cut_after_first_match(loaded, sampler):
   assert len(cut.logprobs[0]) == len(cut.tokens[0])
 
 
+def test_a_token_holding_a_stop_string_ends_its_row_on_device(loaded, sampler):
+  # Every id whose own text holds the stop string (found here through the transformers tokenizer)
+  # stops a row on device; the result is the host cut's, whatever the rows around it do.
+  hf = loaded.tokenizer.hf
+  holding = tuple(i for i in range(loaded.model.spec.vocab_size) if "}" in hf.decode([i]))
+  assert holding and sampler._ids_holding(("}",)) == holding
+  ids = [loaded.tokenizer.encode(p) for p in PROMPTS]
+  free = sampler.generate(ids, SamplingConfig(max_new_tokens=24, temperature=0.0, ignore_eos=True))
+  stop = loaded.tokenizer.decode(free.tokens[2])[4]
+  cut = sampler.generate(ids, SamplingConfig(max_new_tokens=24, temperature=0.0, ignore_eos=True,
+                                             stop_strings=(stop,)))
+  for row, tokens in enumerate(free.tokens):
+    text = loaded.tokenizer.decode(tokens)
+    end = next((n for n in range(1, len(tokens) + 1) if stop in loaded.tokenizer.decode(tokens[:n])), None)
+    assert cut.tokens[row] == tokens[:end]
+    assert cut.finish_reasons[row] == ("stop" if end else "length")
+    assert cut.texts[row] == (text[: text.find(stop) + 1] if end else text)
+    np.testing.assert_allclose(cut.logprobs[row], free.logprobs[row][: len(cut.tokens[row])], atol=1e-6)
+
+
 def test_eos_and_stop_token_ids_end_rows(loaded, sampler):
   ids = loaded.tokenizer.encode(PROMPTS[0])
   free = sampler.generate([ids], SamplingConfig(max_new_tokens=12, temperature=0.0, ignore_eos=True))

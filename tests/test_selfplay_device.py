@@ -15,7 +15,9 @@ from spade_jax.policy import Policy
 from spade_jax.selfplay import PoolEnv, SelfPlay
 
 OVERRIDES = ["agent_sampling.temperature=0", "agent_sampling.max_new_tokens=6", "group_size=2",
-             "rollout.max_turns=2"]
+             "rollout.max_turns=2",
+             # The device loop reads whole replies: no forced prefix, no host-side stop strings.
+             "rollout.reply_prefix=", "agent_sampling.stop_strings=[]"]
 
 
 @pytest.fixture(scope="module")
