@@ -1,6 +1,8 @@
 """Designer tune mode: a base program's constants, a reply's new values written over them, the mix."""
 
 import dataclasses
+import difflib
+import re
 
 import numpy as np
 import pytest
@@ -28,9 +30,10 @@ def _library_source(name):
 
 
 # Read off the library files by hand (spade_jax/envs/library/odd_one_out.py, code_breaker.py).
-ODD_ONE_OUT = {"MAX_TURNS": 10, "ROUNDS": 4, "CHOICES": 5, "LIVES": 2,
+# MAX_TURNS is in both and left out (roles.UNTUNABLE).
+ODD_ONE_OUT = {"ROUNDS": 4, "CHOICES": 5, "LIVES": 2,
                "PRIMES": [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37]}
-CODE_BREAKER = {"MAX_TURNS": 12, "MAX_GUESSES": 8, "LENGTH": 4, "DIGITS": 6}
+CODE_BREAKER = {"MAX_GUESSES": 8, "LENGTH": 4, "DIGITS": 6}
 
 SYNTHETIC = '''"""A made-up program."""
 import random
@@ -93,7 +96,7 @@ def test_apply_tuning_ignores_unknown_names_wrong_types_and_non_literals():
         "ROUNDS = 4.5\n"  # a float is not an int
         "CHOICES = CHOICES + 1\n"  # not a literal
         "PRIMES = ['two', 'three']\n"  # a list of str is not a list of int
-        "MAX_TURNS = '12'\n"  # a str is not an int
+        "MAX_TURNS = 50\n"  # the turn cap is not tunable
         "```"
     )
     assert apply_tuning(base, reply) == base
@@ -203,6 +206,10 @@ def test_roles_config_validates_tune_fields():
         RolesConfig(tune_max_new_tokens=0)
 
 
+def _changed_lines(a: str, b: str) -> int:
+    return sum(line.startswith(("+ ", "- ")) for line in difflib.ndiff(a.splitlines(), b.splitlines()))
+
+
 class _FakePolicy:
     """Chat 'tokens' are an index into the conversations seen; replies depend on the mode."""
 
@@ -218,7 +225,12 @@ class _FakePolicy:
         texts = []
         for (index,) in prompts:
             tune = self.messages[index][0]["content"] == roles.TUNER_SYSTEM
-            texts.append("```python\nMAX_TURNS = 25\n```" if tune else "```python\nclass RewrittenEnv:\n    pass\n```")
+            if tune:  # one more of the first integer constant the prompt lists
+                listed = self.messages[index][-1]["content"].split("Its constants")[1]
+                name, value = re.search(r"^([A-Z][A-Z0-9_]*) = (\d+)\b", listed, re.MULTILINE).groups()
+                texts.append(f"```python\n{name} = {int(value) + 1}\n```")
+            else:
+                texts.append("```python\nclass RewrittenEnv:\n    pass\n```")
         n = len(prompts)
         return type("Result", (), {"texts": texts, "prompt_lengths": [1] * n, "tokens": [[7]] * n,
                                    "logprobs": [[-1.0]] * n, "finish_reasons": ["eos"] * n})
@@ -235,15 +247,11 @@ def test_design_pool_samples_tune_requests_in_their_own_small_batch():
     play.check = lambda env: (checked.append(env.env_id), dataclasses.replace(env, valid=True))[1]
     pool = play.design_pool()
     calls = sorted(play.policy.calls, key=lambda c: c[1])
-    tunes = [e for e in pool if tunable_constants(e.source or "class X: pass").get("MAX_TURNS") == 25
-             or e.errors == [NO_CHANGE_ERROR]]
+    tunes = [e for e in pool if not e.source.startswith("class RewrittenEnv")]
     assert calls == [(len(tunes), 40), (12 - len(tunes), cfg.designer_sampling.max_new_tokens)]
     assert 0 < len(tunes) < 12
     for env in pool:
-        if env.errors == [NO_CHANGE_ERROR]:  # sliding_puzzle already has MAX_TURNS = 25
-            assert env.source == "" and not env.valid and env.env_id not in checked
-        elif env.source.startswith("class RewrittenEnv"):
-            assert env.valid and env.env_id in checked
-        else:
-            assert "MAX_TURNS = 25  # hard cap" in env.source and env.valid
+        assert env.valid and env.env_id in checked
+        if env in tunes:  # a library program with one constant one higher
+            assert any(_changed_lines(p.source, env.source) == 2 for p in library_programs())
         assert env.designer_sample == {"prompt": [int(env.env_id[3:]) - 1], "tokens": [7], "logprobs": [-1.0]}
