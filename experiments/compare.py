@@ -57,10 +57,11 @@ def main(argv=None) -> int:
       loaded = load_model(config.model.name, seed=config.seed)
     else:
       loaded, _ = load_run(out / config_name)  # the latest checkpoint's params
-    policy = evaluation.model_policy(
-        loaded.model, loaded.tokenizer, SamplingConfig(max_new_tokens=config.agent_sampling.max_new_tokens,
-                                                       temperature=0.0), seed=args.seed,
-    )
+    # Greedy, in the arm's own answer format (forced reply prefix and stop strings).
+    sampling = SamplingConfig(max_new_tokens=config.agent_sampling.max_new_tokens, temperature=0.0,
+                              stop_strings=config.agent_sampling.stop_strings)
+    policy = evaluation.model_policy(loaded.model, loaded.tokenizer, sampling, seed=args.seed,
+                                     reply_prefix=config.rollout.reply_prefix)
     report = evaluation.evaluate(policy, suite, seed=0)
     summary = report.to_dict()
     summary.pop("episodes", None)

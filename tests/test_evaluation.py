@@ -357,6 +357,11 @@ def test_model_policy_skips_conversations_past_the_context(monkeypatch):
     assert policy([long, short, long]) == ["", "\\boxed{20}", ""]
     assert calls == [[[ord("x")] * 20]]
     assert policy([long]) == [""] and len(calls) == 1
+    # A forced reply prefix ends every prompt and starts every reply.
+    forced = ev.model_policy(model, CharTokenizer(), sampling.SamplingConfig(max_new_tokens=10),
+                             reply_prefix="\\boxed{")
+    assert forced([[{"role": "user", "content": "z" * 10}]]) == ["\\boxed{\\boxed{17}"]
+    assert calls[-1] == [[ord("z")] * 10 + [ord(c) for c in "\\boxed{"]]
 
 
 def test_load_run_restores_latest_checkpoint_params(tmp_path):
