@@ -474,8 +474,11 @@ class Sampler:
     new_room = -(-config.max_new_tokens // config.new_token_bucket) * config.new_token_bucket
 
     stop_ids = [] if config.ignore_eos else [(i, 1) for i in self.eos_token_ids]
-    stop_ids += [(i, 2) for i in config.stop_token_ids if i not in dict(stop_ids)]
-    stop_ids += [(i, 2) for i in self._ids_holding(config.stop_strings) if i not in dict(stop_ids)]
+    seen = {i for i, _ in stop_ids}
+    for i in (*config.stop_token_ids, *self._ids_holding(config.stop_strings)):
+      if i not in seen:
+        seen.add(i)
+        stop_ids.append((i, 2))
     # Padded to a multiple of 8 so that a few more stop ids do not change the compiled shape.
     stop_ids += [(-1, 1)] * (-len(stop_ids) % 8 or (8 if not stop_ids else 0))
     mode = _Mode.of(config)
