@@ -39,6 +39,10 @@ UNRECOGNISED_TEXT = "\\boxed{?}"  # stands for every action text the program doe
 NO_ANSWER_TEXT = "I am not sure."  # an action with no \boxed{} answer at all
 MAX_VOCAB = 6000  # candidate action texts considered when deriving the vocabulary
 FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+# Expressions the host interpreter may evaluate over all of _solution_samples' resets (the library
+# needs at most ~1.0M, delivery_route); a program whose reset brute-forces a large search stops
+# sampling early, after about 8 seconds of host interpretation.
+MAX_SAMPLE_EVALS = 4_000_000
 MAX_PRODUCT = 4096  # digit strings enumerated per length from the solution's digit alphabet
 
 
@@ -386,15 +390,18 @@ class TranspiledEnv(environment.Environment):
             return []
         reset = self.program.methods["reset"]
         texts: list[str] = []
+        evals_left = MAX_SAMPLE_EVALS  # shared by all seeds: a costly reset means fewer samples
         for seed in range(n):
             it = Interp(self.program, StringTable(), host=True, forbid_state=False, pyrng=_random.Random(seed))
             it.budget = 200_000
+            it.eval_budget = evals_left
             it.attrs = self._copy_init()
             try:
                 it.call_function(reset, [seed] if len(reset.args.args) > 1 else [], {}, reset)
                 out = it.call_function(fn, [], {}, fn)
             except Exception:  # a solution outside the subset only means fewer seeds for the vocabulary
                 return texts
+            evals_left = it.eval_budget
             if isinstance(out, str):
                 out = [out]
             if isinstance(out, (list, tuple)):

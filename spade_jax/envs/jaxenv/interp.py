@@ -181,6 +181,12 @@ class Program:
 # Predication helpers: conditions are Python bools (static) or jax bools (traced).
 
 
+# Loops unroll when traced, so a program can trace into a graph too large for XLA to compile (a
+# library knapsack retuned to 12 items brute-forces 4096 subsets: 221k operations, a 2-minute
+# trace and a compile that exhausted 24 GiB). The library's largest trace builds under 5k.
+MAX_TRACED_OPS = 50_000
+
+
 def is_dyn(x) -> bool:
     return isinstance(x, jax.Array)
 
@@ -310,6 +316,8 @@ class Interp:
         self.forbid_state = host if forbid_state is None else forbid_state
         self.pyrng = pyrng  # host runs of reset draw from Python's own generator
         self.budget = 5_000_000  # statements one trace may execute
+        self.op_budget = MAX_TRACED_OPS  # array-valued expressions one trace may build
+        self.eval_budget: int | None = None  # expressions a host run may evaluate (None: no cap)
         self.vocab = vocab  # candidate action texts, for lowering action-derived values
         self.action_id = action_id
         self.key = key
@@ -949,7 +957,17 @@ class Interp:
         method = getattr(self, "eval_" + type(node).__name__, None)
         if method is None:
             raise unsupported(node, f"{type(node).__name__} expression")
+        if self.eval_budget is not None:
+            self.eval_budget -= 1
+            if self.eval_budget < 0:
+                raise unsupported(node, "the program evaluates too many expressions on the host")
         out = method(node, frame)
+        if is_dyn(out):
+            self.op_budget -= 1
+            if self.op_budget < 0:
+                raise unsupported(
+                    node, f"the traced program is too large to compile (over {MAX_TRACED_OPS:,} array "
+                    "operations: Python loops unroll when traced)")
         self._current_mask = frame.active()
         self._cur_apath = frame.apath
         return out

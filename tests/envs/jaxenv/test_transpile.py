@@ -1,6 +1,7 @@
 """Transpiler: library coverage, action vocabulary, state injection, precise fallback reasons."""
 
 import pathlib
+import time
 
 import jax
 import numpy as np
@@ -121,3 +122,44 @@ def test_unsupported_reset_bodies(body, reason):
 def test_not_a_class_with_reset_and_step():
     with pytest.raises(UnsupportedProgram, match="no step"):
         transpile("class AEnv:\n    def reset(self, seed=None):\n        return 'x', {}\n")
+
+
+BRUTE_FORCE = '''
+import random
+
+class BruteForceEnv:
+    ITEMS = {items}
+
+    def reset(self, seed=None):
+        rng = random.Random(seed)
+        self.weight = [rng.randint(1, 9) for _ in range(self.ITEMS)]
+        self.best = 0
+        for mask in range(2**self.ITEMS):
+            total = sum(self.weight[i] * ((mask // 2**i) % 2) for i in range(self.ITEMS))
+            if total <= 20 and total > self.best:
+                self.best = total
+        return f"Best {{self.best}}", {{}}
+
+    def step(self, action):
+        return "ok", 0.0, True, False, {{}}
+'''
+
+
+def test_a_program_that_unrolls_into_a_huge_graph_is_refused_before_compiling():
+    # A retuned knapsack that brute-forces 4096 subsets traced into 221k operations and its
+    # compile exhausted 24 GiB; the transpiler now stops at its operation budget instead.
+    assert transpile(BRUTE_FORCE.format(items=3)).program is not None
+    start = time.perf_counter()
+    with pytest.raises(UnsupportedProgram, match="too large to compile"):
+        transpile(BRUTE_FORCE.format(items=12))
+    assert time.perf_counter() - start < 60
+
+
+def test_solution_sampling_stops_at_its_evaluation_budget(monkeypatch):
+    import spade_jax.envs.jaxenv.env as env_module  # noqa: PLC0415
+
+    source = library_program("code_breaker").path.read_text()  # ~4k evaluations for 48 samples
+    full = transpile(source)._solution_samples()
+    monkeypatch.setattr(env_module, "MAX_SAMPLE_EVALS", 1_000)
+    few = transpile(source)  # still transpiles, from fewer sampled solutions
+    assert 0 < len(few._solution_samples()) < len(full)
