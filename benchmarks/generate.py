@@ -6,9 +6,15 @@ SmolLM2-135M weights from the embedded GGUF, float32, greedy), prompt ~40 tokens
 
 Prints tokens/s for both and their ratio per batch size; our compile time is reported separately
 (first call minus a steady call). Both sides generate exactly --new-tokens per row (EOS ignored /
-suppressed) so they do the same work. `--dtype bfloat16` runs our side with bf16 weights and
-activations (float32 accumulation) against the same float32 baseline: a speed option, not parity. On a GPU backend it also prints decode-only tokens/s and the
-fraction of the HBM-bandwidth roofline (weights + KV cache read once per decode step).
+suppressed) so they do the same work, and our prompt-prefix reuse is off (each call prefills its
+prompts in full, as transformers does). `--dtype bfloat16` runs our side with bf16 weights and
+activations (float32 accumulation) against the same float32 baseline: a speed option, not parity.
+
+It also prints the roofline of one decode step: its time is measured by differencing a run of
+--new-tokens and one of half as many (prefill cancels out), and compared with the time to read the
+weights and the KV cache once (at the HBM bandwidth of a known GPU, or on a CPU at the read
+bandwidth measured here by a jitted reduction over 1 GiB) and with the time for its matmul FLOPs
+at the rate a jitted 2048^3 matmul reaches here.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ QUESTIONS = [
     "What is a prime number?", "Who wrote Hamlet?", "What is the boiling point of water?",
     "Describe a cat in one line.",
 ]
-HBM_BYTES_PER_S = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12}  # for the GPU roofline
+HBM_BYTES_PER_S = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12}  # spec sheets; else measured
 
 
 def _prompts(tokenizer, batch: int) -> list[list[int]]:
@@ -56,7 +62,8 @@ def _time(fn, repeats: int) -> list[float]:
 
 def bench_ours(model, tokenizer, prompts, new_tokens, repeats):
   sampler = Sampler(model, tokenizer)
-  config = SamplingConfig(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+  config = SamplingConfig(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True,
+                          reuse_prefix=False)
   start = time.perf_counter()
   first = sampler.generate(prompts, config)
   first_s = time.perf_counter() - start
@@ -101,22 +108,43 @@ def bench_transformers(prompts, new_tokens, repeats, pad_id, threads=0):
           "threads": torch.get_num_threads()}
 
 
-def gpu_roofline(model, spec, tokenizer, batch, new_tokens, prompt_len, steady_s, prefill_s):
-  """Decode-only throughput and its fraction of the HBM roofline on an accelerator."""
-  device = jax.devices()[0]
-  kind = getattr(device, "device_kind", "")
-  bandwidth = next((v for k, v in HBM_BYTES_PER_S.items() if k in kind), None)
-  param_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(model))
-  config = SamplingConfig()
-  slots = _bucket(prompt_len, config.prompt_buckets, "prompt") + 64 * -(-new_tokens // 64)
-  kv_bytes = 2 * spec.num_layers * batch * slots * spec.num_kv_heads * spec.head_dim * 4
-  decode_s = max(steady_s - prefill_s, 1e-9)
-  tok_s = batch * (new_tokens - 1) / decode_s
-  out = {"device": kind, "decode_tokens_per_s": tok_s}
-  if bandwidth:
-    roof = bandwidth / (param_bytes + kv_bytes) * batch
-    out.update(roofline_tokens_per_s=roof, roofline_fraction=tok_s / roof)
-  return out
+def read_bandwidth(gib: float = 1.0, repeats: int = 5) -> float:
+  """Bytes/s a jitted reduction reads from device memory (host RAM on a CPU backend)."""
+  data = jnp.ones((int(gib * 2**30) // 4,), jnp.float32)
+  total = jax.jit(jnp.sum)
+  total(data).block_until_ready()
+  best = min(_time(lambda: total(data).block_until_ready(), repeats))
+  return data.nbytes / best
+
+
+def matmul_flops(size: int = 2048, repeats: int = 5) -> float:
+  """FLOP/s of a jitted float32 size^3 matmul: what this backend's dense kernels reach."""
+  a = jnp.ones((size, size), jnp.float32)
+  mm = jax.jit(jnp.matmul)
+  mm(a, a).block_until_ready()
+  best = min(_time(lambda: mm(a, a).block_until_ready(), repeats))
+  return 2 * size**3 / best
+
+
+def decode_roofline(model, spec, batch, prompt_len, new_tokens, step_s, bandwidth, flops):
+  """One decode step against the time to read the weights + KV cache once and to do its matmuls."""
+  leaves = jax.tree.leaves(model)
+  param_bytes = sum(x.size * x.dtype.itemsize for x in leaves)
+  itemsize = max(leaves, key=lambda x: x.size).dtype.itemsize
+  slots = _bucket(prompt_len, SamplingConfig().prompt_buckets, "prompt") + 64 * -(-new_tokens // 64)
+  kv_bytes = 2 * spec.num_layers * batch * slots * spec.num_kv_heads * spec.head_dim * itemsize
+  matmul_params = sum(x.size for x in leaves if x.ndim >= 2)  # dense models: every expert counts
+  if not spec.tie_embeddings:  # the input embedding is a gather, not a matmul
+    matmul_params -= spec.vocab_size * spec.hidden_size
+  step_flops = 2 * batch * matmul_params
+  read_s = (param_bytes + kv_bytes) / bandwidth
+  compute_s = step_flops / flops
+  return {"decode_step_s": step_s, "decode_tokens_per_s": batch / step_s,
+          "bytes_per_step": param_bytes + kv_bytes, "read_s": read_s,
+          "flops_per_step": step_flops, "compute_s": compute_s,
+          "roofline_tokens_per_s": batch / max(read_s, compute_s),
+          "roofline_fraction": max(read_s, compute_s) / step_s,
+          "bound": "bandwidth" if read_s >= compute_s else "compute"}
 
 
 def main():
@@ -136,6 +164,10 @@ def main():
   model, tokenizer, spec = load_model("smollm2-135m-instruct", dtype=dtype, param_dtype=dtype)
   print(f"backend={jax.default_backend()} devices={len(jax.devices())} cpus={os.cpu_count()} "
         f"load average={os.getloadavg()[0]:.1f} (other processes share these cores)")
+  kind = getattr(jax.devices()[0], "device_kind", "")
+  bandwidth = next((v for k, v in HBM_BYTES_PER_S.items() if k in kind), None) or read_bandwidth()
+  flops = matmul_flops()
+  print(f"{kind}: read bandwidth {bandwidth / 1e9:.1f} GB/s, float32 matmul {flops / 1e9:.1f} GFLOP/s")
   rows = []
   for batch in [int(b) for b in args.batches.split(",")]:
     prompts = _prompts(tokenizer, batch)
@@ -143,10 +175,10 @@ def main():
     ours = bench_ours(model, tokenizer, prompts, args.new_tokens, args.repeats)
     row = {"batch": batch, "prompt_tokens": mean_len, "new_tokens": args.new_tokens, "ours": ours,
            "dtype": args.dtype}
-    if jax.default_backend() != "cpu":
-      one = bench_ours(model, tokenizer, prompts, 1, args.repeats)
-      row["gpu"] = gpu_roofline(model, spec, tokenizer, batch, args.new_tokens, max(map(len, prompts)),
-                                ours["best_s"], one["best_s"])
+    half = bench_ours(model, tokenizer, prompts, args.new_tokens // 2, args.repeats)
+    step_s = (ours["best_s"] - half["best_s"]) / (args.new_tokens - args.new_tokens // 2)
+    row["roofline"] = decode_roofline(model, spec, batch, max(map(len, prompts)), args.new_tokens,
+                                      step_s, bandwidth, flops)
     if not args.skip_transformers:
       ref = bench_transformers(prompts, args.new_tokens, args.repeats, tokenizer.pad_token_id,
                                args.torch_threads)
@@ -158,10 +190,11 @@ def main():
     if "transformers" in row:
       line += (f" | transformers ({row['transformers']['threads']} threads) "
                f"{row['transformers']['tokens_per_s']:7.1f} tok/s | ratio {row['ratio']:.2f}x")
-    if "gpu" in row:
-      line += f" | decode {row['gpu']['decode_tokens_per_s']:.0f} tok/s"
-      if "roofline_fraction" in row["gpu"]:
-        line += f", {100 * row['gpu']['roofline_fraction']:.0f}% of HBM roofline"
+    roof = row["roofline"]
+    line += (f" | decode step {1e3 * roof['decode_step_s']:.1f} ms = {roof['decode_tokens_per_s']:.0f} "
+             f"tok/s, {100 * roof['roofline_fraction']:.0f}% of the {roof['bound']} roofline "
+             f"({roof['roofline_tokens_per_s']:.0f} tok/s: read {1e3 * roof['read_s']:.1f} ms, "
+             f"matmuls {1e3 * roof['compute_s']:.1f} ms)")
     print(line + f" [load {os.getloadavg()[0]:.1f}]", flush=True)
   print(json.dumps(rows))
 

@@ -415,6 +415,8 @@ class SelfPlay:
                            win_rate=_finite(env.win_rate), hint=env.hint)
       if env.env_id in self.memory:
         self.memory.update(env.env_id, score=float(score))
+      if adv == 0.0:  # no signal (e.g. every design scored alike): as for the agent, not trained on
+        continue
       d = env.designer_sample
       samples.append(Sample(
           d["prompt"] + d["tokens"], [0] * len(d["prompt"]) + [1] * len(d["tokens"]),
@@ -422,6 +424,7 @@ class SelfPlay:
       ))
     in_band = [c.band_low <= e.win_rate <= c.band_high for e in designed if e.valid]
     return samples, {
+        "designer/scored": len(designed),
         "designer/score_mean": float(np.mean(scores)),
         "curriculum/in_band_share": float(np.mean(in_band)) if in_band else 0.0,
     }

@@ -36,7 +36,9 @@ def test_tiny_run_two_iterations_then_resume_a_third(tmp_path):
   resumed = _metrics(out)
   assert [m["iteration"] for m in resumed] == [0, 1, 2]
   assert resumed[:2] == first
-  assert resumed[2]["designer/samples"] == 2 and "designer/score_mean" in resumed[2]
+  assert resumed[2]["designer/scored"] == 2 and "designer/score_mean" in resumed[2]
+  # Every random-model design is invalid: equal scores, zero advantages, nothing to train on.
+  assert resumed[2]["designer/samples"] == 0
   assert (out / "checkpoints" / "3").is_dir()
 
 
