@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -26,7 +25,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks.generate import matmul_flops  # noqa: E402
+from benchmarks.generate import _time, matmul_flops  # noqa: E402
 from spade_jax.models.presets import get_preset  # noqa: E402
 
 
@@ -55,13 +54,8 @@ def chain(x, layers, head, linear, head_linear):
 
 
 def _best(fn, repeats: int) -> float:
-  fn()
-  best = float("inf")
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    best = min(best, time.perf_counter() - start)
-  return best
+  fn()  # warm-up: compiles ours, lets PyTorch pick its kernels
+  return min(_time(fn, repeats))
 
 
 def time_ours(layers, head, rows, dtype, repeats) -> float:

@@ -120,9 +120,10 @@ def finished_iterations(run_dir: Path) -> int | None:
 def train_seconds(run_dir: Path, iterations: int) -> float:
   """Wall time of the run's first `iterations` iterations, from its metrics.jsonl. Each record's
   `wall_s` counts from its process's start, so a resumed run's clock starts again from 0."""
+  from spade_jax.logging import read_metrics  # noqa: PLC0415
+
   total = previous = 0.0
-  for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-    record = json.loads(line) if line.strip() else {}
+  for record in read_metrics(run_dir):
     wall = float(record.get("wall_s", previous))
     if record.get("iteration", iterations) < iterations:
       total += wall - previous if wall >= previous else wall

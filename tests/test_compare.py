@@ -12,7 +12,7 @@ def _row(label, config, rate):
           "ci_low": 0.0, "ci_high": 1.0, "tasks": tasks}
 
 
-def test_saved_rows_are_kept_and_only_with_the_same_settings(tmp_path, capsys):
+def test_saved_rows_are_kept_without_training_or_evaluating(tmp_path, capsys):
   settings = {"iterations": 2, "suite": "quick", "episodes": 3, "seed": 0, "overrides": ["model.name=tiny"]}
   (tmp_path / "rows").mkdir()
   for i, (label, config) in enumerate(compare.ARMS):
