@@ -35,7 +35,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from spade_jax.models.decoder import KVCache
 from spade_jax.rollout import RolloutConfig, Trajectory
 from spade_jax.sampling import SamplingConfig, _choose, _knobs, _Mode
 
@@ -611,7 +610,7 @@ class DeviceRollout:
     first_w = self.first_base + hint_tokens.shape[1]
     first_tokens, _, first_len = _place(first_pieces, first_w, right=False)
     tokens0, valid0, _ = _place(first_pieces, first_w, right=True)
-    cache = KVCache.create(model.spec, batch, slots, jnp.dtype(self.sampling.cache_dtype))
+    cache = model.new_cache(batch, slots, jnp.dtype(self.sampling.cache_dtype))
     n = self.cache_windows
     windows = sorted({min(slots, -(-slots * k // (n * block)) * block) for k in range(1, n + 1)})
 

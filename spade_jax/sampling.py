@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from spade_jax.models.decoder import KVCache
+from spade_jax.models.decoder import KVCache, rope_tables
 
 FINISH_REASONS = ("eos", "stop", "length")
 _SAMPLE_BLOCK = 128  # vocabulary block for two-level inverse-CDF sampling (no sort, no Gumbel noise)
@@ -231,14 +231,15 @@ def _choose(logits_bv, key, step, row_ids, mode: _Mode, knobs):
 # Compiled pieces. `graphdef` and the sampling config are static; params and the cache are traced.
 
 
-def _prefill(graphdef, params, tokens_bt, valid_bt, *, slots: int, cache_dtype: str, cache_sharding):
+def _prefill(graphdef, params, tokens_bt, valid_bt, positions_bt, rope, *, slots: int, cache_dtype: str,
+             cache_sharding):
+  """`rope` is `rope_tables` of `positions_bt` from a separate call (see `Decoder.hidden_states`)."""
   model = nnx.merge(graphdef, params)
   batch = tokens_bt.shape[0]
-  cache = KVCache.create(model.spec, batch, slots, jnp.dtype(cache_dtype))
+  cache = model.new_cache(batch, slots, jnp.dtype(cache_dtype))
   if cache_sharding is not None:
     cache = jax.lax.with_sharding_constraint(cache, cache_sharding)
-  positions_bt = jnp.maximum(jnp.cumsum(valid_bt, axis=1) - 1, 0)
-  hidden, cache = model.hidden_states(tokens_bt, positions_bt, valid_bt, cache)
+  hidden, cache = model.hidden_states(tokens_bt, positions_bt, valid_bt, cache, rope)
   logits_bv = model.logits(hidden[:, -1:])[:, 0]
   return logits_bv, cache, positions_bt[:, -1]
 
@@ -278,17 +279,22 @@ def _decode(graphdef, params, cache, logits_bv, last_pos_b, live_b, row_ids, key
     step, _, _, done, *_ = carry
     return (step < max_new) & ~jnp.all(done)
 
+  # The RoPE tables of the next position ride in the carry, computed once per step: made inside the
+  # step, XLA:CPU would fuse their cos/sin into every layer's q and k again (see hidden_states).
+  def next_rope(pos):
+    return rope_tables(model.spec, pos[:, None] + 1)
+
   def body(carry):
-    step, token, cache, done, reason, pos, count, outs = carry
+    step, token, cache, done, reason, pos, rope, count, outs = carry
     pos = pos + 1
-    hidden, cache = model.hidden_states(token[:, None], pos[:, None], (~done)[:, None], cache)
+    hidden, cache = model.hidden_states(token[:, None], pos[:, None], (~done)[:, None], cache, rope)
     logits = model.logits(hidden)[:, 0]
     count = count + jnp.where(done, 0, 1)
     token, done, reason, outs = emit(step, logits, done, reason, outs)
-    return step + 1, token, cache, done, reason, pos, count, outs
+    return step + 1, token, cache, done, reason, pos, next_rope(pos), count, outs
 
-  carry = (jnp.int32(1), token, cache, done, reason, last_pos_b, count, outs)
-  _, _, cache, done, reason, _, count, outs = jax.lax.while_loop(cond, body, carry)
+  carry = (jnp.int32(1), token, cache, done, reason, last_pos_b, next_rope(last_pos_b), count, outs)
+  _, _, cache, done, reason, _, _, count, outs = jax.lax.while_loop(cond, body, carry)
   tokens, lp, slp = outs
   return tokens, lp, slp, count, reason, cache
 
@@ -301,17 +307,16 @@ def _grow(cache, *, slots: int, cache_sharding):
   return cache
 
 
-def _extend(graphdef, params, cache, tokens_bt, valid_bt, keep_b):
+def _extend(graphdef, params, cache, tokens_bt, valid_bt, keep_b, positions_bt, rope):
   """Prefill on top of a kept cache: row r keeps its first `keep_b[r]` cached tokens (later ones are
   marked invalid, so a row can also be cut back), then its left-padded tail is written at
-  `cache.index` with positions continuing from `keep_b[r]`.
+  `cache.index` with positions continuing from `keep_b[r]` (`positions_bt`, `rope` its tables).
   """
   model = nnx.merge(graphdef, params)
   # Slots fill in token order, so a row's n-th valid slot holds its n-th cached token.
   held = jnp.cumsum(cache.valid, axis=1, dtype=jnp.int32)
   cache = cache.replace(valid=cache.valid & (held <= keep_b[:, None]))
-  positions_bt = keep_b[:, None] + jnp.maximum(jnp.cumsum(valid_bt, axis=1) - 1, 0)
-  hidden, cache = model.hidden_states(tokens_bt, positions_bt, valid_bt, cache)
+  hidden, cache = model.hidden_states(tokens_bt, positions_bt, valid_bt, cache, rope)
   logits_bv = model.logits(hidden[:, -1:])[:, 0]
   return logits_bv, cache, positions_bt[:, -1]
 
@@ -320,6 +325,7 @@ def _extend(graphdef, params, cache, tokens_bt, valid_bt, keep_b):
 _PREFILL = jax.jit(_prefill, static_argnums=0, static_argnames=("slots", "cache_dtype", "cache_sharding"))
 _DECODE = jax.jit(_decode, static_argnums=0, static_argnames=("mode", "new_room"), donate_argnums=(2,))
 _EXTEND = jax.jit(_extend, static_argnums=0, donate_argnums=(2,))
+_ROPE = jax.jit(rope_tables, static_argnums=0)
 # A plain copy (a cheap compile per size pair), so the model-sized extend program compiles per cache
 # size only, not per (old size, new size).
 _GROW = jax.jit(_grow, static_argnames=("slots", "cache_sharding"))
@@ -413,9 +419,13 @@ class Sampler:
     kv = "tensor" if "tensor" in self.mesh.axis_names else None
     if kv and self.model.spec.num_kv_heads % self.mesh.shape[kv]:
       kv = None
+    if self.model.scan_layers:  # the layout `Decoder.new_cache` makes
+      layers = NamedSharding(self.mesh, P(None, batch, kv, None, None))
+    else:
+      layers = (NamedSharding(self.mesh, P(batch, kv, None, None)),) * self.model.spec.num_layers
     return KVCache(
-        k=NamedSharding(self.mesh, P(None, batch, kv, None, None)),
-        v=NamedSharding(self.mesh, P(None, batch, kv, None, None)),
+        k=layers,
+        v=layers,
         valid=NamedSharding(self.mesh, P(batch, None)),
         index=NamedSharding(self.mesh, P()),
     )
@@ -497,9 +507,10 @@ class Sampler:
       for row, prompt in enumerate(prompts):  # left padding: every row writes the same cache slot
         tokens[row, width - len(prompt):] = prompt
         valid[row, width - len(prompt):] = True
+      positions = self._put_batch(_left_padded_positions(valid))
       logits, cache, last_pos = self._prefill(
-          graphdef, params, self._put_batch(tokens), self._put_batch(valid),
-          slots=width + new_room, cache_dtype=config.cache_dtype, cache_sharding=self._cache_sharding(),
+          graphdef, params, self._put_batch(tokens), self._put_batch(valid), positions,
+          _ROPE(self.model.spec, positions), slots=width + new_room, cache_dtype=config.cache_dtype, cache_sharding=self._cache_sharding(),
       )
     else:
       rows_of, keep, tokens, valid, slots = plan
@@ -507,8 +518,10 @@ class Sampler:
       cache, kept = kept.cache, None
       if slots > cache.slots:
         cache = _GROW(cache, slots=slots, cache_sharding=self._cache_sharding())
+      positions = self._put_batch(keep[:, None] + _left_padded_positions(valid))
       logits, cache, last_pos = _EXTEND(
-          graphdef, params, cache, self._put_batch(tokens), self._put_batch(valid), self._put_batch(keep)
+          graphdef, params, cache, self._put_batch(tokens), self._put_batch(valid), self._put_batch(keep),
+          positions, _ROPE(self.model.spec, positions),
       )
       self.last_reused_tokens = int(keep.sum())
     live = np.zeros(batch, bool)
@@ -616,6 +629,11 @@ class Sampler:
       result.finish_reasons.append(why)
       result.texts.append(text)
     return result
+
+
+def _left_padded_positions(valid_bt: np.ndarray) -> np.ndarray:
+  """Position of each token of left-padded rows: 0, 1, ... over the valid ones (padding: 0)."""
+  return np.maximum(np.cumsum(valid_bt, axis=1, dtype=np.int32) - 1, 0)
 
 
 def _cut_text(text: str, stops: Sequence[str]) -> str:

@@ -35,51 +35,84 @@ def _param(rngs: nnx.Rngs, shape, axes, param_dtype, scale: float | None = None,
   return nnx.Param(value, logical_axes=axes)
 
 
+def _grow_axis(a: jax.Array, axis: int, by: int) -> jax.Array:
+  pad = [(0, 0)] * a.ndim
+  pad[axis] = (0, by)
+  return jnp.pad(a, pad)
+
+
 @flax.struct.dataclass
 class KVCache:
   """Preallocated keys and values for all layers; slots are shared by the batch (prompts are left-padded).
 
   Both are laid out as the attention matmuls read them (keys with slots last, values with slots
-  before head_dim), so a decode step reads the cache in place instead of transposing a copy of it
-  in every layer.
+  before head_dim). `k` and `v` hold one array per layer (a tuple: what the layer loop reads and
+  writes in place) or, for `scan_layers` models, one array stacked on a leading layers axis (what
+  `lax.scan` slices); `Decoder.new_cache` makes the model's own layout. A per-layer slice of a
+  stacked cache would be copied out in every layer of every decode step on XLA:CPU.
   """
 
-  k: jax.Array  # [layers, batch, kv_heads, head_dim, slots]
-  v: jax.Array  # [layers, batch, kv_heads, slots, head_dim]
+  k: tuple[jax.Array, ...] | jax.Array  # per layer [batch, kv_heads, head_dim, slots]
+  v: tuple[jax.Array, ...] | jax.Array  # per layer [batch, kv_heads, slots, head_dim]
   valid: jax.Array  # [batch, slots] bool: the slot holds a real token
   index: jax.Array  # int32 scalar: next slot to write
 
   @classmethod
-  def create(cls, spec: ModelSpec, batch: int, slots: int, dtype=jnp.float32) -> "KVCache":
-    heads = (spec.num_layers, batch, spec.num_kv_heads)
-    return cls(
-        k=jnp.zeros((*heads, spec.head_dim, slots), dtype),
-        v=jnp.zeros((*heads, slots, spec.head_dim), dtype),
-        valid=jnp.zeros((batch, slots), bool),
-        index=jnp.zeros((), jnp.int32),
-    )
+  def create(cls, spec: ModelSpec, batch: int, slots: int, dtype=jnp.float32, *,
+             stacked: bool = False) -> "KVCache":
+    heads = (batch, spec.num_kv_heads)
+    k_shape, v_shape = (*heads, spec.head_dim, slots), (*heads, slots, spec.head_dim)
+    if stacked:
+      k = jnp.zeros((spec.num_layers, *k_shape), dtype)
+      v = jnp.zeros((spec.num_layers, *v_shape), dtype)
+    else:
+      k = tuple(jnp.zeros(k_shape, dtype) for _ in range(spec.num_layers))
+      v = tuple(jnp.zeros(v_shape, dtype) for _ in range(spec.num_layers))
+    return cls(k=k, v=v, valid=jnp.zeros((batch, slots), bool), index=jnp.zeros((), jnp.int32))
 
   @property
   def slots(self) -> int:
     return self.valid.shape[1]
 
+  @property
+  def stacked(self) -> bool:
+    return not isinstance(self.k, tuple)
+
+  def per_layer(self) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...]]:
+    """(keys, values) as one array per layer, whatever the layout."""
+    if not self.stacked:
+      return self.k, self.v
+    return tuple(self.k), tuple(self.v)
+
+  def with_layers(self, k, v) -> "KVCache":
+    """This cache holding keys `k` and values `v` (per-layer sequences or stacked arrays) in its
+    own layout."""
+
+    def own(layers):
+      if not self.stacked:
+        return tuple(layers)  # iterating a stacked array unstacks it
+      return layers if isinstance(layers, jax.Array) else jnp.stack(layers)
+
+    return self.replace(k=own(k), v=own(v))
+
   def window(self, width: int) -> "KVCache":
     """The first `width` slots: a smaller cache to attend over while fewer are filled."""
-    return KVCache(k=self.k[..., :width], v=self.v[..., :width, :], valid=self.valid[:, :width],
-                   index=self.index)
+    return KVCache(k=jax.tree.map(lambda a: a[..., :width], self.k),
+                   v=jax.tree.map(lambda a: a[..., :width, :], self.v),
+                   valid=self.valid[:, :width], index=self.index)
 
   def padded(self, slots: int) -> "KVCache":
     """This cache with empty, invalid slots appended up to `slots`."""
     grow = slots - self.slots
-    return KVCache(k=jnp.pad(self.k, ((0, 0),) * 4 + ((0, grow),)),
-                   v=jnp.pad(self.v, ((0, 0),) * 3 + ((0, grow), (0, 0))),
-                   valid=jnp.pad(self.valid, ((0, 0), (0, grow))), index=self.index)
+    return KVCache(k=jax.tree.map(lambda a: _grow_axis(a, -1, grow), self.k),
+                   v=jax.tree.map(lambda a: _grow_axis(a, -2, grow), self.v),
+                   valid=_grow_axis(self.valid, 1, grow), index=self.index)
 
   def merge(self, view: "KVCache") -> "KVCache":
     """This cache with an (updated) `window` view written back over its first slots."""
     put = lambda full, part: jax.lax.dynamic_update_slice(full, part, (0,) * full.ndim)  # noqa: E731
-    return KVCache(k=put(self.k, view.k), v=put(self.v, view.v), valid=put(self.valid, view.valid),
-                   index=view.index)
+    return KVCache(k=jax.tree.map(put, self.k, view.k), v=jax.tree.map(put, self.v, view.v),
+                   valid=put(self.valid, view.valid), index=view.index)
 
 
 def _rope_kind(spec: ModelSpec) -> str:
@@ -154,11 +187,17 @@ def rope_attention_factor(spec: ModelSpec) -> float:
   return mscale(factor)
 
 
-def apply_rope(x_bthd: jax.Array, positions_bt: jax.Array, inv_freq: jax.Array, scale: float = 1.0):
-  """HF's rotate-half RoPE (the halves of each head are the two coordinates)."""
-  freqs = positions_bt.astype(jnp.float32)[..., None] * inv_freq  # [B, T, D/2]
-  cos = (jnp.cos(freqs) * scale)[:, :, None, :]
-  sin = (jnp.sin(freqs) * scale)[:, :, None, :]
+def rope_tables(spec: ModelSpec, positions_bt: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(cos, sin) [B, T, 1, D/2] of every position, as `apply_rope` and `Decoder.hidden_states` take them."""
+  freqs = positions_bt.astype(jnp.float32)[..., None] * rope_inv_freq(spec)  # [B, T, D/2]
+  scale = rope_attention_factor(spec)
+  return (jnp.cos(freqs) * scale)[:, :, None, :], (jnp.sin(freqs) * scale)[:, :, None, :]
+
+
+def apply_rope(x_bthd: jax.Array, rope):
+  """HF's rotate-half RoPE (the halves of each head are the two coordinates); `rope` is
+  `rope_tables(...)`."""
+  cos, sin = rope
   x = x_bthd.astype(jnp.float32)
   x1, x2 = jnp.split(x, 2, axis=-1)
   out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
@@ -180,7 +219,6 @@ class Attention(nnx.Module):
   def __init__(self, spec: ModelSpec, *, dtype, param_dtype, rngs: nnx.Rngs):
     e, h, kvh, d = spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.head_dim
     self.spec, self.dtype = spec, dtype
-    self.rope_scale = rope_attention_factor(spec)
     self.attn_chunk: int | None = 512  # query block of `attend`; the Decoder sets it
     self.q = _param(rngs, (e, h, d), ("embed", "heads", "head_dim"), param_dtype)
     self.k = _param(rngs, (e, kvh, d), ("embed", "kv_heads", "head_dim"), param_dtype)
@@ -196,7 +234,7 @@ class Attention(nnx.Module):
       self.q_norm = RMSNorm(d, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
       self.k_norm = RMSNorm(d, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
 
-  def __call__(self, x_bte, positions_bt, inv_freq, mask_bts, layer_cache):
+  def __call__(self, x_bte, rope, mask_bts, layer_cache):
     """Returns the attention output and the (possibly updated) cache arrays, or this call's k, v."""
     spec, dt = self.spec, self.dtype
     q = _project_heads(x_bte, self.q[...].astype(dt))
@@ -208,18 +246,16 @@ class Attention(nnx.Module):
       v = v + self.v_bias[...].astype(dt)
     if spec.qk_norm:
       q, k = self.q_norm(q), self.k_norm(k)
-    q = apply_rope(q, positions_bt, inv_freq, self.rope_scale)
-    k = apply_rope(k, positions_bt, inv_freq, self.rope_scale)
+    q, k = apply_rope(q, rope), apply_rope(k, rope)
     k = k.transpose(0, 2, 3, 1)  # [B, KVH, D, T]: the cache layouts
     v = v.transpose(0, 2, 1, 3)  # [B, KVH, T, D]
     if layer_cache is not None:
-      # Write into the stacked [layers, ...] arrays in place (the sampler donates them).
-      all_k, all_v, layer, index = layer_cache
-      all_k = jax.lax.dynamic_update_slice(all_k, k.astype(all_k.dtype)[None], (layer, 0, 0, 0, index))
-      all_v = jax.lax.dynamic_update_slice(all_v, v.astype(all_v.dtype)[None], (layer, 0, 0, index, 0))
-      k, v = all_k[layer], all_v[layer]
+      # Write this layer's arrays in place (the sampler donates the cache) and attend over them.
+      cache_k, cache_v, index = layer_cache
+      k = cache_k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype), (0, 0, 0, index))
+      v = cache_v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype), (0, 0, index, 0))
     else:
-      all_k, all_v = k, v
+      cache_k, cache_v = k, v
     b, t, h, d = q.shape
     kvh = k.shape[1]
     q = q.reshape(b, t, kvh, h // kvh, d)
@@ -228,7 +264,7 @@ class Attention(nnx.Module):
     out = matmul(out.reshape(b, t, h * d), o.reshape(h * d, o.shape[-1]))  # the weight reshape is free
     if spec.o_bias:
       out = out + self.o_bias[...].astype(dt)
-    return out, (all_k, all_v)
+    return out, (cache_k, cache_v)
 
 
 def _project_heads(x_bte, w_ehd):
@@ -305,8 +341,8 @@ class Block(nnx.Module):
           bias=spec.mlp_bias,
       )
 
-  def __call__(self, x, positions_bt, inv_freq, mask_bts, layer_cache):
-    attn_out, kv = self.attn(self.attn_norm(x), positions_bt, inv_freq, mask_bts, layer_cache)
+  def __call__(self, x, rope, mask_bts, layer_cache):
+    attn_out, kv = self.attn(self.attn_norm(x), rope, mask_bts, layer_cache)
     x = x + attn_out
     return x + self.mlp(self.mlp_norm(x)).astype(x.dtype), kv
 
@@ -326,8 +362,8 @@ def _stacked_blocks(spec: ModelSpec, *, dtype, param_dtype, rngs: nnx.Rngs) -> B
   return blocks
 
 
-def _run_block(block, x, positions_bt, inv_freq, mask, layer_cache):
-  return block(x, positions_bt, inv_freq, mask, layer_cache)
+def _run_block(block, x, rope, mask, layer_cache):
+  return block(x, rope, mask, layer_cache)
 
 
 class Decoder(nnx.Module):
@@ -383,18 +419,24 @@ class Decoder(nnx.Module):
       if isinstance(module, Attention):
         module.attn_chunk = chunk
 
-  def hidden_states(self, tokens_bt, positions_bt, valid_bt=None, cache: KVCache | None = None):
+  def hidden_states(self, tokens_bt, positions_bt, valid_bt=None, cache: KVCache | None = None,
+                    rope=None):
     """Final-normed hidden states [B, T, E] and the updated cache (None without one).
 
     Without a cache the keys are the tokens themselves (training and scoring). With one, the T new
     tokens are written at slots [cache.index, cache.index + T) and attend to every valid slot up
     to their own.
+
+    `rope`, if given, is `rope_tables(spec, positions_bt)` made outside this function (another jitted
+    call, or a loop carry): XLA:CPU otherwise fuses a fresh cos/sin of every position into each
+    layer's q and k fusions, once per element (about 10% of a prompt prefill on SmolLM2).
     """
     spec = self.spec
     b, t = tokens_bt.shape
     if valid_bt is None:
       valid_bt = jnp.ones((b, t), bool)
-    inv_freq = rope_inv_freq(spec)
+    if rope is None:
+      rope = rope_tables(spec, positions_bt)
     x = jnp.take(self.embed[...], tokens_bt, axis=0).astype(self.dtype)
     if cache is None:
       q_slot = jnp.arange(t)
@@ -410,46 +452,48 @@ class Decoder(nnx.Module):
       # HF's sliding window counts cache positions (slots), padding included.
       in_window_ts = k_slot[None, :] > q_slot[:, None] - spec.sliding_window
       window_mask_bts = mask_bts & in_window_ts[None]
-    if self.scan_layers:
-      x, kv = self._scan_blocks(x, positions_bt, inv_freq, mask_bts, window_mask_bts, cache)
-    else:
-      x, kv = self._loop_blocks(x, positions_bt, inv_freq, mask_bts, window_mask_bts, cache)
+    blocks = self._scan_blocks if self.scan_layers else self._loop_blocks
+    x, cache = blocks(x, rope, mask_bts, window_mask_bts, cache)
     x = self.final_norm(x)
     if cache is None:
       return x, None
-    return x, KVCache(k=kv[0], v=kv[1], valid=key_valid_bs, index=cache.index + t)
+    return x, cache.replace(valid=key_valid_bs, index=cache.index + t)
 
-  def _loop_blocks(self, x, positions_bt, inv_freq, mask_bts, window_mask_bts, cache):
-    all_k = all_v = None
+  def new_cache(self, batch: int, slots: int, dtype=jnp.float32) -> KVCache:
+    """An empty cache in the layout this model's blocks read in place (see `KVCache`)."""
+    return KVCache.create(self.spec, batch, slots, dtype, stacked=self.scan_layers)
+
+  def _loop_blocks(self, x, rope, mask_bts, window_mask_bts, cache):
     if cache is not None:
-      all_k, all_v = cache.k, cache.v
+      keys, values = map(list, cache.per_layer())
     run = nnx.remat(_run_block) if self.remat and cache is None else _run_block
     for i, block in enumerate(self.layers):
       mask = window_mask_bts if i in self.spec.sliding_layers else mask_bts
-      layer_cache = None if cache is None else (all_k, all_v, i, cache.index)
-      x, (k, v) = run(block, x, positions_bt, inv_freq, mask, layer_cache)
+      layer_cache = None if cache is None else (keys[i], values[i], cache.index)
+      x, (k, v) = run(block, x, rope, mask, layer_cache)
       if cache is not None:
-        all_k, all_v = k, v
-    return x, (all_k, all_v)
+        keys[i], values[i] = k, v
+    return x, (None if cache is None else cache.with_layers(keys, values))
 
-  def _scan_blocks(self, x, positions_bt, inv_freq, mask_bts, window_mask_bts, cache):
+  def _scan_blocks(self, x, rope, mask_bts, window_mask_bts, cache):
     graphdef, stacked = nnx.split(self.layers)
     sliding_l = jnp.array([i in self.spec.sliding_layers for i in range(self.spec.num_layers)])
-    layer_kv = None if cache is None else (cache.k, cache.v)
+    layer_kv = None
+    if cache is not None:
+      layer_kv = (cache.k, cache.v) if cache.stacked else tuple(map(jnp.stack, cache.per_layer()))
 
     def step(x, xs):
       layer_state, kv, sliding = xs
       block = nnx.merge(graphdef, layer_state)
       mask = mask_bts if window_mask_bts is None else jnp.where(sliding, window_mask_bts, mask_bts)
-      # A one-layer view of the cache, so the block's in-place write path is shared with the loop.
-      layer_cache = None if kv is None else (kv[0][None], kv[1][None], 0, cache.index)
-      x, (k, v) = block(x, positions_bt, inv_freq, mask, layer_cache)
-      return x, (None if kv is None else (k[0], v[0]))
+      layer_cache = None if kv is None else (kv[0], kv[1], cache.index)
+      x, new_kv = block(x, rope, mask, layer_cache)
+      return x, (None if kv is None else new_kv)
 
     if self.remat and cache is None:
       step = jax.checkpoint(step)
     x, new_kv = jax.lax.scan(step, x, (stacked, layer_kv, sliding_l))
-    return x, ((None, None) if new_kv is None else new_kv)
+    return x, (None if cache is None else cache.with_layers(*new_kv))
 
   def logits(self, hidden_bte):
     """Output projection in float32."""
@@ -458,6 +502,6 @@ class Decoder(nnx.Module):
       return jnp.einsum("bte,ve->btv", hidden_bte, w, preferred_element_type=jnp.float32)
     return jnp.matmul(hidden_bte, self.lm_head[...].astype(self.dtype), preferred_element_type=jnp.float32)
 
-  def __call__(self, tokens_bt, positions_bt, valid_bt=None, cache: KVCache | None = None):
-    hidden, cache = self.hidden_states(tokens_bt, positions_bt, valid_bt, cache)
+  def __call__(self, tokens_bt, positions_bt, valid_bt=None, cache: KVCache | None = None, rope=None):
+    hidden, cache = self.hidden_states(tokens_bt, positions_bt, valid_bt, cache, rope)
     return self.logits(hidden), cache
