@@ -3,7 +3,8 @@ temperature / top-k / top-p / greedy sampling and the per-token logprobs the RL 
 
 How a call runs: prompts are left-padded to a length bucket and the batch to a batch bucket (so new
 shapes compile at most once per bucket); one jitted prefill writes the cache and projects only the
-last position; one jitted `lax.while_loop` samples every new token (exits early once every row is
+last position (the prompts go through it packed into one sequence, so projections and MLPs skip
+the padding; only attention and the cache write see the padded layout); one jitted `lax.while_loop` samples every new token (exits early once every row is
 done); stop strings are applied on the host afterwards by truncating at their first occurrence.
 Across calls the Sampler keeps the last cache and feeds only what a new prompt adds to a cached row
 (multi-turn play re-sends the whole conversation each turn); see `Sampler.generate`.
@@ -22,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from spade_jax.models.decoder import KVCache, rope_tables
+from spade_jax.models.decoder import KVCache, Packing, rope_tables
 
 FINISH_REASONS = ("eos", "stop", "length")
 _SAMPLE_BLOCK = 128  # vocabulary block for two-level inverse-CDF sampling (no sort, no Gumbel noise)
@@ -45,6 +46,17 @@ def _half_octaves(start: int, stop: int) -> tuple[int, ...]:
   return tuple(s for s in out if s < stop) + (stop,)
 
 
+def _quarter_octaves(start: int, stop: int) -> tuple[int, ...]:
+  """start * 2**(i/4) rounded up to a multiple of 8: padding wastes at most a fifth, four compiled
+  shapes per doubling."""
+  out, i = [], 0
+  while (size := -(-int(math.ceil(start * 2 ** (i / 4))) // 8) * 8) < stop:
+    if not out or size > out[-1]:
+      out.append(size)
+    i += 1
+  return tuple(out) + (stop,)
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
   max_new_tokens: int = 256  # tokens to generate at most per row (EOS included)
@@ -57,6 +69,11 @@ class SamplingConfig:
   stop_token_ids: tuple[int, ...] = ()  # device-side: these ids end a row like EOS (reason "stop")
   ignore_eos: bool = False  # keep going after EOS (benchmarks that need fixed lengths)
   prompt_buckets: tuple[int, ...] = _half_octaves(32, 1 << 17)  # padded prompt lengths
+  # Prefill the prompts packed into one sequence (padding skipped by everything but attention),
+  # its length padded to one of `packed_buckets`; off, or under a batch-sharded mesh, the prefill
+  # runs on the padded [batch, prompt bucket] block. Results are the same either way.
+  pack_prompts: bool = True
+  packed_buckets: tuple[int, ...] = _quarter_octaves(32, 1 << 20)
   batch_buckets: tuple[int, ...] = _powers_of_two(1, 1 << 16)  # padded batch sizes
   new_token_bucket: int = 64  # cache room for new tokens is max_new_tokens rounded up to this
   cache_dtype: str = "float32"  # KV cache dtype (f32 is faster than bf16 on XLA:CPU)
@@ -75,7 +92,7 @@ class SamplingConfig:
       raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
     if any(not s for s in self.stop_strings):
       raise ValueError("stop_strings must be non-empty strings")
-    for name in ("prompt_buckets", "batch_buckets"):
+    for name in ("prompt_buckets", "batch_buckets", "packed_buckets"):
       buckets = getattr(self, name)
       if not buckets or list(buckets) != sorted(set(buckets)) or buckets[0] < 1:
         raise ValueError(f"{name} must be increasing positive sizes, got {buckets}")
@@ -231,17 +248,25 @@ def _choose(logits_bv, key, step, row_ids, mode: _Mode, knobs):
 # Compiled pieces. `graphdef` and the sampling config are static; params and the cache are traced.
 
 
-def _prefill(graphdef, params, tokens_bt, valid_bt, positions_bt, rope, *, slots: int, cache_dtype: str,
-             cache_sharding):
-  """`rope` is `rope_tables` of `positions_bt` from a separate call (see `Decoder.hidden_states`)."""
+def _prefill(graphdef, params, tokens, valid_bt, positions, rope, packing, *, slots: int,
+             cache_dtype: str, cache_sharding):
+  """Fill a new cache with left-padded prompts; the logits and position of each row's last token.
+
+  `tokens` and `positions` are [B, W] like `valid_bt`, or one packed [1, N] sequence that `packing`
+  maps to it. `rope` is `rope_tables` of `positions` from a separate call (see
+  `Decoder.hidden_states`).
+  """
   model = nnx.merge(graphdef, params)
-  batch = tokens_bt.shape[0]
-  cache = model.new_cache(batch, slots, jnp.dtype(cache_dtype))
+  cache = model.new_cache(valid_bt.shape[0], slots, jnp.dtype(cache_dtype))
   if cache_sharding is not None:
     cache = jax.lax.with_sharding_constraint(cache, cache_sharding)
-  hidden, cache = model.hidden_states(tokens_bt, positions_bt, valid_bt, cache, rope)
-  logits_bv = model.logits(hidden[:, -1:])[:, 0]
-  return logits_bv, cache, positions_bt[:, -1]
+  hidden, cache = model.hidden_states(tokens, positions, valid_bt, cache, rope, packing)
+  if packing is None:
+    last_be, last_pos = hidden[:, -1], positions[:, -1]
+  else:  # left padding: the last column holds each row's last token
+    ends = packing.gather_bw[:, -1]
+    last_be, last_pos = hidden[0, ends], positions[0, ends]
+  return model.logits(last_be[:, None])[:, 0], cache, last_pos
 
 
 def _decode(graphdef, params, cache, logits_bv, last_pos_b, live_b, row_ids, key, max_new, knobs,
@@ -365,8 +390,9 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 class Sampler:
   """Generates from an NNX `Decoder` (its current parameters are read on every call, so training
   updates are seen without rebuilding). Prefill compiles once per (batch bucket, prompt bucket, cache
-  size); decode once per (batch bucket, cache size, greedy / top-k on / top-p on). Temperature,
-  top-k, top-p values, token budget and stop ids are traced, so changing them never recompiles.
+  size, packed-length bucket: see `SamplingConfig.pack_prompts`); decode once per (batch bucket,
+  cache size, greedy / top-k on / top-p on). Temperature, top-k, top-p values, token budget and
+  stop ids are traced, so changing them never recompiles.
 
   Prefix reuse (`SamplingConfig.reuse_prefix`, on by default): the Sampler keeps the cache of its
   last call, and per cache row the tokens it holds (prompt + completion minus its last token). When
@@ -507,10 +533,16 @@ class Sampler:
       for row, prompt in enumerate(prompts):  # left padding: every row writes the same cache slot
         tokens[row, width - len(prompt):] = prompt
         valid[row, width - len(prompt):] = True
-      positions = self._put_batch(_left_padded_positions(valid))
+      positions, packing = _left_padded_positions(valid), None
+      if config.pack_prompts and self._batch_axes() is None:
+        packed = _bucket(sum(lengths), config.packed_buckets, "packed prompt length")
+        if packed < batch * width:
+          tokens, positions, packing = _pack(prompts, batch, width, packed, self.pad_token_id)
+          packing = Packing(*map(self._put_batch, packing))
+      positions = self._put_batch(positions)
       logits, cache, last_pos = self._prefill(
           graphdef, params, self._put_batch(tokens), self._put_batch(valid), positions,
-          _ROPE(self.model.spec, positions), slots=width + new_room, cache_dtype=config.cache_dtype, cache_sharding=self._cache_sharding(),
+          _ROPE(self.model.spec, positions), packing, slots=width + new_room, cache_dtype=config.cache_dtype, cache_sharding=self._cache_sharding(),
       )
     else:
       rows_of, keep, tokens, valid, slots = plan
@@ -629,6 +661,24 @@ class Sampler:
       result.finish_reasons.append(why)
       result.texts.append(text)
     return result
+
+
+def _pack(prompts, batch: int, width: int, length: int, pad_id: int):
+  """Prompts as one [1, length] sequence (trailing pad tokens), their positions, and the `Packing`
+  index arrays that map it to the left-padded [batch, width] layout (rows past the prompts: empty)."""
+  tokens = np.full((1, length), pad_id, np.int32)
+  positions = np.zeros((1, length), np.int32)
+  gather = np.zeros((batch, width), np.int32)
+  scatter = np.zeros(length, np.int32)
+  start = 0
+  for row, prompt in enumerate(prompts):
+    n = len(prompt)
+    tokens[0, start:start + n] = prompt
+    positions[0, start:start + n] = np.arange(n)
+    gather[row, width - n:] = np.arange(start, start + n)
+    scatter[start:start + n] = row * width + np.arange(width - n, width)
+    start += n
+  return tokens, positions, (gather, scatter)
 
 
 def _left_padded_positions(valid_bt: np.ndarray) -> np.ndarray:

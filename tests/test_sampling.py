@@ -209,8 +209,9 @@ def test_eos_and_stop_token_ids_end_rows(loaded, sampler):
 def test_buckets_bound_compiles(loaded):
   fresh = Sampler(loaded.model, loaded.tokenizer)
   config = SamplingConfig(max_new_tokens=8, temperature=0.0)
-  # Warm-up: one program pair per (batch bucket, cache size, mode).
-  fresh.generate([[5, 6, 7], [5]], config)
+  # Warm-up: one program pair per (batch bucket, cache size, mode), and the packed prefill.
+  fresh.generate([[5, 6, 7], [5]], config.replace(pack_prompts=False))
+  fresh.generate([list(range(3, 3 + 15)), [5] * 11], config)
   fresh.generate([[5, 6]], config)
   fresh.generate([[5, 6]], config.replace(temperature=0.5, top_k=3))
   compiles = []
@@ -222,13 +223,28 @@ def test_buckets_bound_compiles(loaded):
   jax.monitoring.register_event_duration_secs_listener(listen)
   try:
     for n in (9, 17, 25, 31):  # new prompt lengths, all inside the 32-token bucket
-      fresh.generate([list(range(3, 3 + n)), [5] * (n // 2 + 1)], config)
+      fresh.generate([list(range(3, 3 + n)), [5] * (n // 2 + 1)], config.replace(pack_prompts=False))
+    # Packed, a prefill compiles once per packed-length bucket: 26 and 31 tokens share the 32 one.
+    fresh.generate([list(range(3, 3 + 20)), [5] * 11], config)
     # Budgets, temperatures, top-k values and stop ids are traced: still nothing to compile.
     fresh.generate([[5, 6]], config.replace(max_new_tokens=5))
     fresh.generate([[5, 6]], config.replace(temperature=0.9, top_k=7, stop_token_ids=(9,)))
   finally:
     jax.monitoring.unregister_event_duration_listener(listen)
   assert compiles == []
+
+
+def test_packed_prefill_equals_padded(loaded, sampler):
+  """Ragged prompts packed into one sequence (the default) give the padded prefill's results, also
+  with batch-bucket padding rows (3 prompts in a batch of 4) and a reused sampler."""
+  prompts = [loaded.tokenizer.encode(p) for p in PROMPTS[:2]] + [list(range(40, 90))]
+  for kwargs in (dict(temperature=0.0, ignore_eos=True), dict(temperature=0.9, top_p=0.95)):
+    config = SamplingConfig(max_new_tokens=10, reuse_prefix=False, **kwargs)
+    packed = sampler.generate(prompts, config, key=5)
+    padded = sampler.generate(prompts, config.replace(pack_prompts=False), key=5)
+    assert packed.tokens == padded.tokens
+    for a, b in zip(packed.logprobs, padded.logprobs):
+      np.testing.assert_allclose(a, b, atol=1e-5)
 
 
 def test_generate_rejects_bad_input(sampler):

@@ -115,6 +115,29 @@ class KVCache:
                    valid=put(self.valid, view.valid), index=view.index)
 
 
+@flax.struct.dataclass
+class Packing:
+  """Where the tokens of a packed prompt batch sit in the padded [B, W] layout.
+
+  A packed call feeds the N real tokens of B left-padded rows as one [1, N] sequence: norms,
+  projections and MLPs (nearly all of a prefill's FLOPs) skip the padding; only attention, which
+  needs each row's tokens together, and the cache write run in the padded layout. N may include
+  trailing pad tokens (a length bucket); their results are never read.
+  """
+
+  gather_bw: jax.Array  # [B, W] int32: packed index of each padded position (padding: any index)
+  scatter_n: jax.Array  # [N] int32: b * W + w of each packed token (pad tokens: any position)
+
+  def unpack(self, x_1n):
+    """[1, N, ...] -> [B, W, ...]."""
+    return x_1n[0][self.gather_bw]
+
+  def pack(self, x_bw):
+    """[B, W, ...] -> [1, N, ...]."""
+    b, w = self.gather_bw.shape
+    return x_bw.reshape(b * w, *x_bw.shape[2:])[self.scatter_n][None]
+
+
 def _rope_kind(spec: ModelSpec) -> str:
   scaling = spec.rope_scaling_dict or {}
   return scaling.get("rope_type", scaling.get("type", "default"))
@@ -234,7 +257,7 @@ class Attention(nnx.Module):
       self.q_norm = RMSNorm(d, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
       self.k_norm = RMSNorm(d, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
 
-  def __call__(self, x_bte, rope, mask_bts, layer_cache):
+  def __call__(self, x_bte, rope, mask_bts, layer_cache, packing: Packing | None = None):
     """Returns the attention output and the (possibly updated) cache arrays, or this call's k, v."""
     spec, dt = self.spec, self.dtype
     q = _project_heads(x_bte, self.q[...].astype(dt))
@@ -247,6 +270,8 @@ class Attention(nnx.Module):
     if spec.qk_norm:
       q, k = self.q_norm(q), self.k_norm(k)
     q, k = apply_rope(q, rope), apply_rope(k, rope)
+    if packing is not None:
+      q, k, v = packing.unpack(q), packing.unpack(k), packing.unpack(v)
     k = k.transpose(0, 2, 3, 1)  # [B, KVH, D, T]: the cache layouts
     v = v.transpose(0, 2, 1, 3)  # [B, KVH, T, D]
     if layer_cache is not None:
@@ -259,9 +284,11 @@ class Attention(nnx.Module):
     b, t, h, d = q.shape
     kvh = k.shape[1]
     q = q.reshape(b, t, kvh, h // kvh, d)
-    out = attend(q, k.astype(dt), v.astype(dt), mask_bts, self.attn_chunk)
+    out = attend(q, k.astype(dt), v.astype(dt), mask_bts, self.attn_chunk).reshape(b, t, h * d)
+    if packing is not None:
+      out = packing.pack(out)
     o = self.o[...].astype(dt)
-    out = matmul(out.reshape(b, t, h * d), o.reshape(h * d, o.shape[-1]))  # the weight reshape is free
+    out = matmul(out, o.reshape(h * d, o.shape[-1]))  # the weight reshape is free
     if spec.o_bias:
       out = out + self.o_bias[...].astype(dt)
     return out, (cache_k, cache_v)
@@ -341,8 +368,8 @@ class Block(nnx.Module):
           bias=spec.mlp_bias,
       )
 
-  def __call__(self, x, rope, mask_bts, layer_cache):
-    attn_out, kv = self.attn(self.attn_norm(x), rope, mask_bts, layer_cache)
+  def __call__(self, x, rope, mask_bts, layer_cache, packing=None):
+    attn_out, kv = self.attn(self.attn_norm(x), rope, mask_bts, layer_cache, packing)
     x = x + attn_out
     return x + self.mlp(self.mlp_norm(x)).astype(x.dtype), kv
 
@@ -362,8 +389,8 @@ def _stacked_blocks(spec: ModelSpec, *, dtype, param_dtype, rngs: nnx.Rngs) -> B
   return blocks
 
 
-def _run_block(block, x, rope, mask, layer_cache):
-  return block(x, rope, mask, layer_cache)
+def _run_block(block, x, rope, mask, layer_cache, packing=None):
+  return block(x, rope, mask, layer_cache, packing)
 
 
 class Decoder(nnx.Module):
@@ -420,7 +447,7 @@ class Decoder(nnx.Module):
         module.attn_chunk = chunk
 
   def hidden_states(self, tokens_bt, positions_bt, valid_bt=None, cache: KVCache | None = None,
-                    rope=None):
+                    rope=None, packing: Packing | None = None):
     """Final-normed hidden states [B, T, E] and the updated cache (None without one).
 
     Without a cache the keys are the tokens themselves (training and scoring). With one, the T new
@@ -429,10 +456,18 @@ class Decoder(nnx.Module):
 
     `rope`, if given, is `rope_tables(spec, positions_bt)` made outside this function (another jitted
     call, or a loop carry): XLA:CPU otherwise fuses a fresh cos/sin of every position into each
-    layer's q and k fusions, once per element (about 10% of a prompt prefill on SmolLM2).
+    layer's q and k fusions, once per element.
+
+    With `packing` (cache calls only), `tokens_bt` and `positions_bt` are one packed [1, N] sequence,
+    `valid_bt` is the padded [B, W] mask `packing` maps it to, and the hidden states come back packed.
     """
     spec = self.spec
-    b, t = tokens_bt.shape
+    if packing is not None:
+      if cache is None or valid_bt is None:
+        raise ValueError("a packed call needs a cache and the padded valid mask")
+      b, t = packing.gather_bw.shape
+    else:
+      b, t = tokens_bt.shape
     if valid_bt is None:
       valid_bt = jnp.ones((b, t), bool)
     if rope is None:
@@ -453,7 +488,7 @@ class Decoder(nnx.Module):
       in_window_ts = k_slot[None, :] > q_slot[:, None] - spec.sliding_window
       window_mask_bts = mask_bts & in_window_ts[None]
     blocks = self._scan_blocks if self.scan_layers else self._loop_blocks
-    x, cache = blocks(x, rope, mask_bts, window_mask_bts, cache)
+    x, cache = blocks(x, rope, mask_bts, window_mask_bts, cache, packing)
     x = self.final_norm(x)
     if cache is None:
       return x, None
@@ -463,19 +498,19 @@ class Decoder(nnx.Module):
     """An empty cache in the layout this model's blocks read in place (see `KVCache`)."""
     return KVCache.create(self.spec, batch, slots, dtype, stacked=self.scan_layers)
 
-  def _loop_blocks(self, x, rope, mask_bts, window_mask_bts, cache):
+  def _loop_blocks(self, x, rope, mask_bts, window_mask_bts, cache, packing=None):
     if cache is not None:
       keys, values = map(list, cache.per_layer())
     run = nnx.remat(_run_block) if self.remat and cache is None else _run_block
     for i, block in enumerate(self.layers):
       mask = window_mask_bts if i in self.spec.sliding_layers else mask_bts
       layer_cache = None if cache is None else (keys[i], values[i], cache.index)
-      x, (k, v) = run(block, x, rope, mask, layer_cache)
+      x, (k, v) = run(block, x, rope, mask, layer_cache, packing)
       if cache is not None:
         keys[i], values[i] = k, v
     return x, (None if cache is None else cache.with_layers(keys, values))
 
-  def _scan_blocks(self, x, rope, mask_bts, window_mask_bts, cache):
+  def _scan_blocks(self, x, rope, mask_bts, window_mask_bts, cache, packing=None):
     graphdef, stacked = nnx.split(self.layers)
     sliding_l = jnp.array([i in self.spec.sliding_layers for i in range(self.spec.num_layers)])
     layer_kv = None
@@ -487,7 +522,7 @@ class Decoder(nnx.Module):
       block = nnx.merge(graphdef, layer_state)
       mask = mask_bts if window_mask_bts is None else jnp.where(sliding, window_mask_bts, mask_bts)
       layer_cache = None if kv is None else (kv[0], kv[1], cache.index)
-      x, new_kv = block(x, rope, mask, layer_cache)
+      x, new_kv = block(x, rope, mask, layer_cache, packing)
       return x, (None if kv is None else new_kv)
 
     if self.remat and cache is None:
@@ -502,6 +537,7 @@ class Decoder(nnx.Module):
       return jnp.einsum("bte,ve->btv", hidden_bte, w, preferred_element_type=jnp.float32)
     return jnp.matmul(hidden_bte, self.lm_head[...].astype(self.dtype), preferred_element_type=jnp.float32)
 
-  def __call__(self, tokens_bt, positions_bt, valid_bt=None, cache: KVCache | None = None, rope=None):
-    hidden, cache = self.hidden_states(tokens_bt, positions_bt, valid_bt, cache, rope)
+  def __call__(self, tokens_bt, positions_bt, valid_bt=None, cache: KVCache | None = None, rope=None,
+               packing: Packing | None = None):
+    hidden, cache = self.hidden_states(tokens_bt, positions_bt, valid_bt, cache, rope, packing)
     return self.logits(hidden), cache

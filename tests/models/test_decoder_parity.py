@@ -58,10 +58,16 @@ def test_scan_layers_matches_loop(checkpoints, family):
   assert np.abs(loop - scan)[valid].max() <= 1e-5
 
 
-@pytest.mark.parametrize("family", ["qwen2", "qwen3_moe"])
-def test_greedy_decode_through_cache_matches_generate(checkpoints, family):
+@pytest.mark.parametrize(
+    "family,scan_layers,stacked_cache",
+    # The model's own cache layout (per-layer buffers for the loop, stacked for scan) and the other
+    # one, which the decoder converts to and back.
+    [("qwen2", False, False), ("qwen3_moe", False, False), ("qwen2", True, True),
+     ("qwen2", False, True), ("qwen2", True, False)],
+)
+def test_greedy_decode_through_cache_matches_generate(checkpoints, family, scan_layers, stacked_cache):
   hf, path = checkpoints[family]
-  ours = load_hf(path)
+  ours = load_hf(path, scan_layers=scan_layers)
   tokens, positions, valid = left_padded_batch(ours.spec.vocab_size, seed=5, batch=2, length=6)
   steps = 10
   hf.generation_config.eos_token_id = None
@@ -79,7 +85,9 @@ def test_greedy_decode_through_cache_matches_generate(checkpoints, family):
     logits, cache = model(toks, pos, val, cache)
     return jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32), cache
 
-  cache = KVCache.create(ours.spec, 2, tokens.shape[1] + steps)
+  cache = KVCache.create(ours.spec, 2, tokens.shape[1] + steps, stacked=stacked_cache)
+  if stacked_cache == scan_layers:
+    assert jax.tree.structure(cache) == jax.tree.structure(ours.new_cache(2, tokens.shape[1] + steps))
   nxt, cache = step(ours, jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(valid), cache)
   pos = jnp.asarray(positions[:, -1])
   chosen = [nxt]
