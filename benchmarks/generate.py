@@ -4,8 +4,10 @@ SmolLM2-135M weights from the embedded GGUF, float32, greedy), prompt ~40 tokens
     .venv/bin/python benchmarks/generate.py [--batches 1,16] [--new-tokens 64] [--repeats 3]
         [--torch-threads N] [--dtype float32|bfloat16]
 
-Prints tokens/s for both and their ratio per batch size; our compile time is reported separately
-(first call minus a steady call). Both sides generate exactly --new-tokens per row (EOS ignored /
+Prints tokens/s for both (best call) and their ratio per batch size: the median over calls made
+back to back (ours, then transformers, `--repeats` times, so both see the same state of a shared
+machine), with its range and the ratio of the two best calls; our compile time is reported
+separately (first call minus a steady call). Both sides generate exactly --new-tokens per row (EOS ignored /
 suppressed) so they do the same work, and our prompt-prefix reuse is off (each call prefills its
 prompts in full, as transformers does). `--dtype bfloat16` runs our side with bf16 weights and
 activations (float32 accumulation) against the same float32 baseline: a speed option, not parity.
@@ -60,7 +62,8 @@ def _time(fn, repeats: int) -> list[float]:
   return times
 
 
-def bench_ours(model, tokenizer, prompts, new_tokens, repeats):
+def ours_runner(model, tokenizer, prompts, new_tokens):
+  """(seconds of the first call, which compiles; a function that makes one steady call)."""
   sampler = Sampler(model, tokenizer)
   config = SamplingConfig(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True,
                           reuse_prefix=False)
@@ -68,14 +71,11 @@ def bench_ours(model, tokenizer, prompts, new_tokens, repeats):
   first = sampler.generate(prompts, config)
   first_s = time.perf_counter() - start
   assert all(len(t) == new_tokens for t in first.tokens)
-  times = _time(lambda: sampler.generate(prompts, config), repeats)
-  best = min(times)
-  return {"tokens_per_s": len(prompts) * new_tokens / best, "best_s": best,
-          "median_s": statistics.median(times), "compile_s": max(first_s - best, 0.0),
-          "compiles": sampler.compile_count}
+  return first_s, lambda: sampler.generate(prompts, config), sampler
 
 
-def bench_transformers(prompts, new_tokens, repeats, pad_id, threads=0):
+def transformers_runner(prompts, new_tokens, pad_id, threads=0):
+  """(seconds of the first call, a function that makes one call, torch threads)."""
   import torch  # noqa: PLC0415
   import transformers  # noqa: PLC0415
 
@@ -100,12 +100,23 @@ def bench_transformers(prompts, new_tokens, repeats, pad_id, threads=0):
 
   start = time.perf_counter()
   run()
-  first_s = time.perf_counter() - start
-  times = _time(run, repeats)
+  return time.perf_counter() - start, run, torch.get_num_threads()
+
+
+def alternated(runs, repeats: int) -> list[list[float]]:
+  """Seconds of each run, called in turn `repeats` times: on a shared VM each side's speed drifts by
+  tens of percent within minutes, and alternating lets both see the same machine."""
+  times = [[] for _ in runs]
+  for _ in range(repeats):
+    for run, out in zip(runs, times):
+      out += _time(run, 1)
+  return times
+
+
+def _summary(times: list[float], first_s: float, rows: int, new_tokens: int) -> dict:
   best = min(times)
-  return {"tokens_per_s": len(prompts) * new_tokens / best, "best_s": best,
-          "median_s": statistics.median(times), "first_s": first_s,
-          "threads": torch.get_num_threads()}
+  return {"tokens_per_s": rows * new_tokens / best, "best_s": best,
+          "median_s": statistics.median(times), "first_s": first_s, "times_s": times}
 
 
 def read_bandwidth(gib: float = 1.0, repeats: int = 5) -> float:
@@ -172,24 +183,39 @@ def main():
   for batch in [int(b) for b in args.batches.split(",")]:
     prompts = _prompts(tokenizer, batch)
     mean_len = float(np.mean([len(p) for p in prompts]))
-    ours = bench_ours(model, tokenizer, prompts, args.new_tokens, args.repeats)
+    first_s, ours_run, sampler = ours_runner(model, tokenizer, prompts, args.new_tokens)
+    half_first_s, half_run, _ = ours_runner(model, tokenizer, prompts, args.new_tokens // 2)
+    runs = [ours_run, half_run]
+    if not args.skip_transformers:
+      ref_first_s, ref_run, threads = transformers_runner(
+          prompts, args.new_tokens, tokenizer.pad_token_id, args.torch_threads)
+      runs.append(ref_run)
+    times = alternated(runs, args.repeats)
+    ours = _summary(times[0], first_s, batch, args.new_tokens)
+    ours["compile_s"] = max(first_s - ours["best_s"], 0.0)
+    ours["compiles"] = sampler.compile_count
+    half_best = min(times[1])
     row = {"batch": batch, "prompt_tokens": mean_len, "new_tokens": args.new_tokens, "ours": ours,
            "dtype": args.dtype}
-    half = bench_ours(model, tokenizer, prompts, args.new_tokens // 2, args.repeats)
-    step_s = (ours["best_s"] - half["best_s"]) / (args.new_tokens - args.new_tokens // 2)
+    step_s = (ours["best_s"] - half_best) / (args.new_tokens - args.new_tokens // 2)
     row["roofline"] = decode_roofline(model, spec, batch, max(map(len, prompts)), args.new_tokens,
                                       step_s, bandwidth, flops)
     if not args.skip_transformers:
-      ref = bench_transformers(prompts, args.new_tokens, args.repeats, tokenizer.pad_token_id,
-                               args.torch_threads)
+      ref = _summary(times[2], ref_first_s, batch, args.new_tokens)
+      ref["threads"] = threads
       row["transformers"] = ref
-      row["ratio"] = ours["tokens_per_s"] / ref["tokens_per_s"]
+      paired = [theirs / mine for mine, theirs in zip(times[0], times[2])]
+      row["ratio"] = statistics.median(paired)  # of calls made back to back
+      row["ratio_range"] = [min(paired), max(paired)]
+      row["ratio_of_bests"] = ours["tokens_per_s"] / ref["tokens_per_s"]
     rows.append(row)
     line = (f"batch {batch:3d} prompt ~{mean_len:.0f} tok + {args.new_tokens} new: ours ({args.dtype}) "
             f"{ours['tokens_per_s']:7.1f} tok/s (compile {ours['compile_s']:.1f} s)")
     if "transformers" in row:
       line += (f" | transformers ({row['transformers']['threads']} threads) "
-               f"{row['transformers']['tokens_per_s']:7.1f} tok/s | ratio {row['ratio']:.2f}x")
+               f"{row['transformers']['tokens_per_s']:7.1f} tok/s | ratio {row['ratio']:.2f}x "
+               f"(back-to-back pairs {row['ratio_range'][0]:.2f}-{row['ratio_range'][1]:.2f}x, "
+               f"bests {row['ratio_of_bests']:.2f}x)")
     roof = row["roofline"]
     line += (f" | decode step {1e3 * roof['decode_step_s']:.1f} ms = {roof['decode_tokens_per_s']:.0f} "
              f"tok/s, {100 * roof['roofline_fraction']:.0f}% of the {roof['bound']} roofline "
