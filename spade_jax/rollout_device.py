@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from spade_jax.models.decoder import rope_tables
 from spade_jax.rollout import RolloutConfig, Trajectory
 from spade_jax.sampling import SamplingConfig, _choose, _knobs, _Mode
 
@@ -643,8 +644,9 @@ class DeviceRollout:
       def cond(c):
         return (c[0] < reply_w) & ~jnp.all(c[-1])
 
+      # The RoPE tables of each step's position ride in the carry (see Sampler's decode loop).
       def body(c):
-        step, logits, cache, n_real, toks, lps, count, stopped = c
+        step, logits, cache, n_real, rope, toks, lps, count, stopped = c
         token, logp, _ = _choose(logits, turn_key, step, row_ids, mode, knobs)
         emit = ~stopped
         toks = toks.at[:, step].set(jnp.where(emit, token, 0))
@@ -652,13 +654,16 @@ class DeviceRollout:
         count = count + emit
         ended = emit & jnp.any(stop_ids[None, :] == token[:, None], axis=1)
         # Feed the token now so the cache holds the whole reply (its end included) before the chunk.
-        hidden, cache = model.hidden_states(token[:, None], n_real[:, None], emit[:, None], cache)
+        hidden, cache = model.hidden_states(token[:, None], n_real[:, None], emit[:, None], cache, rope)
         logits = model.logits(hidden)[:, 0]
-        return (step + 1, logits, cache, n_real + emit, toks, lps, count, stopped | ended)
+        n_real = n_real + emit
+        return (step + 1, logits, cache, n_real, rope_tables(model.spec, n_real[:, None]), toks, lps,
+                count, stopped | ended)
 
-      carry = (jnp.int32(0), logits, cache, n_real, jnp.zeros((batch, reply_w), jnp.int32),
-               jnp.zeros((batch, reply_w), jnp.float32), jnp.zeros((batch,), jnp.int32), ~active)
-      _, logits, cache, n_real, toks, lps, count, _ = jax.lax.while_loop(cond, body, carry)
+      carry = (jnp.int32(0), logits, cache, n_real, rope_tables(model.spec, n_real[:, None]),
+               jnp.zeros((batch, reply_w), jnp.int32), jnp.zeros((batch, reply_w), jnp.float32),
+               jnp.zeros((batch,), jnp.int32), ~active)
+      _, logits, cache, n_real, _, toks, lps, count, _ = jax.lax.while_loop(cond, body, carry)
       # As ChatStream: the glue after a reply depends on whether its last token is an EOS (which one).
       last = jnp.take_along_axis(toks, jnp.maximum(count - 1, 0)[:, None], 1)[:, 0]
       is_eos = (eos_ids[None, :] == last[:, None]) & (count > 0)[:, None]
