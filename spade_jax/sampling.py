@@ -4,8 +4,9 @@ temperature / top-k / top-p / greedy sampling and the per-token logprobs the RL 
 How a call runs: prompts are left-padded to a length bucket and the batch to a batch bucket (so new
 shapes compile at most once per bucket); one jitted prefill writes the cache and projects only the
 last position (the prompts go through it packed into one sequence, so projections and MLPs skip
-the padding; only attention and the cache write see the padded layout); one jitted `lax.while_loop` samples every new token (exits early once every row is
-done); stop strings are applied on the host afterwards by truncating at their first occurrence.
+the padding; only attention and the cache write see the padded layout); one jitted
+`lax.while_loop` samples every new token (exits early once every row is done); stop strings are
+applied on the host afterwards by truncating at their first occurrence.
 Across calls the Sampler keeps the last cache and feeds only what a new prompt adds to a cached row
 (multi-turn play re-sends the whole conversation each turn); see `Sampler.generate`.
 """
@@ -415,6 +416,7 @@ class Sampler:
     self._stop_ids_cache: dict[tuple[str, ...], tuple[int, ...]] = {}
     self._kept: _Kept | None = None
     self.last_reused_tokens = 0  # prompt tokens the last call took from the kept cache (0: full prefill)
+    self.last_fed_tokens = 0  # token rows the last call's prefill ran through the matmuls (padding included)
 
   # -- sharding -----------------------------------------------------------------------------------
 
@@ -539,10 +541,12 @@ class Sampler:
         if packed < batch * width:
           tokens, positions, packing = _pack(prompts, batch, width, packed, self.pad_token_id)
           packing = Packing(*map(self._put_batch, packing))
+      self.last_fed_tokens = tokens.size
       positions = self._put_batch(positions)
       logits, cache, last_pos = self._prefill(
           graphdef, params, self._put_batch(tokens), self._put_batch(valid), positions,
-          _ROPE(self.model.spec, positions), packing, slots=width + new_room, cache_dtype=config.cache_dtype, cache_sharding=self._cache_sharding(),
+          _ROPE(self.model.spec, positions), packing, slots=width + new_room,
+          cache_dtype=config.cache_dtype, cache_sharding=self._cache_sharding(),
       )
     else:
       rows_of, keep, tokens, valid, slots = plan
@@ -556,6 +560,7 @@ class Sampler:
           positions, _ROPE(self.model.spec, positions),
       )
       self.last_reused_tokens = int(keep.sum())
+      self.last_fed_tokens = tokens.size
     live = np.zeros(batch, bool)
     live[rows_of] = True
     row_ids = np.arange(batch, dtype=np.int32) + len(prompts)  # rows without a prompt: any unused id
