@@ -184,7 +184,7 @@ def main():
     prompts = _prompts(tokenizer, batch)
     mean_len = float(np.mean([len(p) for p in prompts]))
     first_s, ours_run, sampler = ours_runner(model, tokenizer, prompts, args.new_tokens)
-    half_first_s, half_run, _ = ours_runner(model, tokenizer, prompts, args.new_tokens // 2)
+    _, half_run, _ = ours_runner(model, tokenizer, prompts, args.new_tokens // 2)
     runs = [ours_run, half_run]
     if not args.skip_transformers:
       ref_first_s, ref_run, threads = transformers_runner(
