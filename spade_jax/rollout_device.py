@@ -8,7 +8,8 @@ batch, while replies end at different lengths. Every turn therefore owns a run o
 decode step (a row that already stopped writes an invalid slot there), then the observation chunk,
 in which each row's tokens are right-aligned behind invalid padding (so the chunk's last slot holds
 every continuing row's last token, whose logits start the next reply). The chunk is appended in
-blocks of `chunk_block` slots, only as many as the longest observation of the turn needs. Invalid
+blocks of `chunk_block` slots, only as many as the longest observation of the turn needs (the first
+prompt likewise; the last turn's chunk is recorded but not fed, since nothing follows it). Invalid
 slots are masked out of attention and positions count real tokens only, so each row sees exactly
 the dense token sequence the host loop builds. The cache is sized for the worst case; each decode
 and append runs against the smallest of four compiled windows of slots that holds what is written,
@@ -552,7 +553,10 @@ class DeviceRollout:
     self.chunk_slots = -(-self.chunk_width // self.chunk_block) * self.chunk_block
     self.first_base = len(g.first_prefix) + self.obs_width + len(g.first_suffix)
     turns = rollout.max_turns
-    self.full_slots = lambda hint_width: self.first_base + hint_width + turns * (self.reply_width + self.chunk_slots)
+    # The first prompt is fed in whole blocks too; no observation is fed after the last reply.
+    self.first_slots = lambda hint_width: -(-(self.first_base + hint_width) // self.chunk_block) * self.chunk_block
+    self.full_slots = lambda hint_width: (self.first_slots(hint_width) + turns * self.reply_width
+                                          + (turns - 1) * self.chunk_slots)
     self.max_slots = max_slots
     self._programs: dict = {}
     self.use_rollout(rollout)
@@ -578,7 +582,7 @@ class DeviceRollout:
       slots = self.full_slots(hint_width)
       if self.max_slots is not None:
         slots = min(slots, self.max_slots)
-      if slots < self.first_base + hint_width + self.reply_width + self.chunk_slots:
+      if slots < self.first_slots(hint_width) + self.reply_width:
         raise ValueError(f"max_slots={self.max_slots} leaves no room for one turn; raise it")
       run = jax.jit(self._run, static_argnums=0, static_argnames=("slots",),
                     compiler_options=self.compiler_options)
@@ -608,7 +612,7 @@ class DeviceRollout:
     on = live0
     first_pieces = [_const_piece(glue.first_prefix, batch, on), (obs_tokens, jnp.where(on, obs_len, 0)),
                     (hint_tokens, jnp.where(on, hint_lengths, 0)), _const_piece(glue.first_suffix, batch, on)]
-    first_w = self.first_base + hint_tokens.shape[1]
+    first_w = self.first_slots(hint_tokens.shape[1])
     first_tokens, _, first_len = _place(first_pieces, first_w, right=False)
     tokens0, valid0, _ = _place(first_pieces, first_w, right=True)
     cache = model.new_cache(batch, slots, jnp.dtype(self.sampling.cache_dtype))
@@ -620,8 +624,28 @@ class DeviceRollout:
       hidden, view = model.hidden_states(tokens, positions, valid, cache.window(width))
       return cache.merge(view), model.logits(hidden[:, -1:])[:, 0]
 
+    def feed(cache, logits, tokens, positions, valid, needed):
+      """Append the last `needed` blocks of right-aligned `tokens` (the blocks before them hold only
+      padding, so they are neither run nor given cache slots); logits of the last token."""
+      total = tokens.shape[1] // block
+
+      def append(j, carry):
+        cache, _ = carry
+        cut = lambda x: jax.lax.dynamic_slice_in_dim(x, j * block, block, axis=1)  # noqa: E731
+        # Attention costs queries x cache slots; run each block against the smallest window of
+        # slots (a few compiled sizes) that holds everything written so far.
+        rung = jnp.sum(jnp.asarray(windows) < cache.index + block)
+        branches = [functools.partial(in_window, w) for w in windows]
+        return jax.lax.switch(rung, branches, cache, cut(tokens), cut(positions), cut(valid))
+
+      return jax.lax.fori_loop(total - needed, total, append, (cache, logits))
+
+    def blocks_for(lengths):
+      return (jnp.max(lengths) + block - 1) // block
+
     positions = jnp.maximum(jnp.cumsum(valid0, axis=1) - 1, 0)
-    cache, logits = in_window(first_w, cache, tokens0, positions, valid0)
+    cache, logits = feed(cache, jnp.zeros((batch, model.spec.vocab_size), jnp.float32), tokens0, positions,
+                         valid0, jnp.maximum(blocks_for(first_len), 1))
 
     out = {
         "reply": jnp.zeros((turns, batch, reply_w), jnp.int32),
@@ -672,8 +696,9 @@ class DeviceRollout:
 
     def turn_cond(c):
       turn, _, _, n_real, done, *_ = c
+      chunk_room = jnp.where(turn + 1 < turns, blocks * block, 0)
       return (turn < turns) & jnp.any(~done & (n_real < max_context)) & (
-          c[1].index + reply_w + blocks * block <= slots)
+          c[1].index + reply_w + chunk_room <= slots)
 
     def turn_body(c):
       turn, cache, logits, n_real, done, states, overflow, out = c
@@ -706,19 +731,10 @@ class DeviceRollout:
       padded_w = blocks * block
       chunk_right, chunk_valid, _ = _place(pieces, padded_w, right=True)
       positions = n_real[:, None] + jnp.maximum(jnp.cumsum(chunk_valid, axis=1) - 1, 0)
-      # Only the blocks some row needs are run (the chunk width is a worst case over all observations).
-      needed = (jnp.max(chunk_len) + block - 1) // block
-
-      def append(j, carry):
-        cache, logits = carry
-        cut = lambda x: jax.lax.dynamic_slice_in_dim(x, j * block, block, axis=1)  # noqa: E731
-        # Attention costs queries x cache slots; run each block against the smallest window of
-        # slots (a few compiled sizes) that holds everything written so far.
-        rung = jnp.sum(jnp.asarray(windows) < cache.index + block)
-        branches = [functools.partial(in_window, w) for w in windows]
-        return jax.lax.switch(rung, branches, cache, cut(chunk_right), cut(positions), cut(chunk_valid))
-
-      cache, chunk_logits = jax.lax.fori_loop(blocks - needed, blocks, append, (cache, dec_logits))
+      # Only the blocks some row needs are run (the chunk width is a worst case over all observations);
+      # after the last reply nothing is generated, so its chunk goes to the trajectory only.
+      needed = jnp.where(turn + 1 < turns, blocks_for(chunk_len), 0)
+      cache, chunk_logits = feed(cache, dec_logits, chunk_right, positions, chunk_valid, needed)
       logits = jnp.where(going[:, None], chunk_logits, dec_logits)
       n_real = n_real + chunk_len
       done = done | (active & finished)

@@ -15,7 +15,7 @@ from spade_jax.envs.library import library_program
 from spade_jax.models.presets import get_preset, init_decoder
 from spade_jax.models.tokenizer import byte_tokenizer
 from spade_jax.rollout import ChatStream, Generation, RolloutConfig, play_episodes
-from spade_jax.rollout_device import ActionMap, ChatGlue, ObservationTokens, play_episodes_device
+from spade_jax.rollout_device import ActionMap, ChatGlue, DeviceRollout, ObservationTokens, play_episodes_device
 from spade_jax.sampling import Sampler, SamplingConfig
 
 
@@ -117,6 +117,30 @@ def test_greedy_device_loop_equals_host_loop(odd_env, scripted):
   assert any(t.terminated for t in device) and all(t.actions for t in device)
   assert all(a.startswith("\\boxed{") for t in device for a in t.actions)
   assert any(t.trainable for t in device)
+
+
+def test_max_slots_ends_every_episode_at_the_same_turn_as_a_shorter_host_game(odd_env, scripted):
+  model, tokenizer = scripted
+  seeds, hints = list(range(8)), [None] * 8
+  sampling = SamplingConfig(max_new_tokens=20, temperature=1.0)  # greedy loses every game within 3 turns
+  rollout = RolloutConfig(max_turns=4, max_context_tokens=1400)
+  full = DeviceRollout(odd_env, model, tokenizer, sampling, rollout)
+  # Room for one worst-case turn (a turn starts only with room for its reply and the chunk after it);
+  # these games last two or three turns.
+  cap = full.first_slots(0) + full.reply_width + full.chunk_slots
+  device = DeviceRollout(odd_env, model, tokenizer, sampling, rollout, max_slots=cap).play(seeds, jax.random.key(7))
+  turns = max(len(d.actions) for d in device)
+  assert turns == 1
+  host, _ = _play_both(odd_env, model, tokenizer, sampling, dataclasses.replace(rollout, max_turns=turns),
+                       seeds, hints, jax.random.key(7))
+  cut = [d for d in device if not d.terminated]
+  assert cut
+  for d in cut:  # out of cache slots: cut like out of context, and no loss on them
+    assert d.truncated and d.cut_by_context and not any(d.loss_mask)
+  for h, d in zip(host, device):
+    if not d.terminated:  # the host game ran out of turns instead
+      h = dataclasses.replace(h, cut_by_context=True, loss_mask=[0] * len(h.loss_mask))
+    _assert_same([h], [d])
 
 
 @pytest.mark.slow
