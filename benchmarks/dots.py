@@ -30,88 +30,88 @@ from spade_jax.models.presets import get_preset  # noqa: E402
 
 
 def layer_shapes(spec) -> list[tuple[int, int]]:
-  """(in, out) of one layer's projections, in the order the chain runs them."""
-  e, f = spec.hidden_size, spec.intermediate_size
-  q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
-  return [(e, q), (e, kv), (e, kv), (q, e), (e, f), (e, f), (f, e)]
+    """(in, out) of one layer's projections, in the order the chain runs them."""
+    e, f = spec.hidden_size, spec.intermediate_size
+    q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+    return [(e, q), (e, kv), (e, kv), (q, e), (e, f), (e, f), (f, e)]
 
 
 def make_weights(spec, seed: int = 0) -> tuple[list[list[np.ndarray]], np.ndarray]:
-  rng = np.random.default_rng(seed)
-  layers = [[rng.standard_normal(s, dtype=np.float32) * 0.02 for s in layer_shapes(spec)]
-            for _ in range(spec.num_layers)]
-  head = rng.standard_normal((spec.vocab_size, spec.hidden_size), dtype=np.float32) * 0.02
-  return layers, head
+    rng = np.random.default_rng(seed)
+    layers = [[rng.standard_normal(s, dtype=np.float32) * 0.02 for s in layer_shapes(spec)]
+              for _ in range(spec.num_layers)]
+    head = rng.standard_normal((spec.vocab_size, spec.hidden_size), dtype=np.float32) * 0.02
+    return layers, head
 
 
 def chain(x, layers, head, linear, head_linear):
-  """One step's matmuls in order, each result used so none is dead code."""
-  for q, k, v, o, gate, up, down in layers:
-    kv = linear(x, k) + linear(x, v)  # both feed the KV cache in a real step
-    x = x + linear(linear(x, q), o) + kv[:, :1]
-    x = x + linear(linear(x, gate) * linear(x, up), down)
-  return head_linear(x, head)
+    """One step's matmuls in order, each result used so none is dead code."""
+    for q, k, v, o, gate, up, down in layers:
+        kv = linear(x, k) + linear(x, v)  # both feed the KV cache in a real step
+        x = x + linear(linear(x, q), o) + kv[:, :1]
+        x = x + linear(linear(x, gate) * linear(x, up), down)
+    return head_linear(x, head)
 
 
 def _best(fn, repeats: int) -> float:
-  fn()  # warm-up: compiles ours, lets PyTorch pick its kernels
-  return min(_time(fn, repeats))
+    fn()  # warm-up: compiles ours, lets PyTorch pick its kernels
+    return min(_time(fn, repeats))
 
 
 def time_ours(layers, head, rows, dtype, repeats) -> float:
-  dt = jnp.dtype(dtype)
-  ws = [[jnp.asarray(w, dt) for w in layer] for layer in layers]
-  hd = jnp.asarray(head, dt)
+    dt = jnp.dtype(dtype)
+    ws = [[jnp.asarray(w, dt) for w in layer] for layer in layers]
+    hd = jnp.asarray(head, dt)
 
-  def linear(x, w):
-    return jnp.matmul(x.astype(dt), w, preferred_element_type=jnp.float32)
+    def linear(x, w):
+        return jnp.matmul(x.astype(dt), w, preferred_element_type=jnp.float32)
 
-  def head_linear(x, w):  # the tied head in the embedding's [vocab, hidden] layout, as ours
-    return jnp.einsum("me,ve->mv", x.astype(dt), w, preferred_element_type=jnp.float32)
+    def head_linear(x, w):  # the tied head in the embedding's [vocab, hidden] layout, as ours
+        return jnp.einsum("me,ve->mv", x.astype(dt), w, preferred_element_type=jnp.float32)
 
-  step = jax.jit(lambda x, ws, hd: chain(x, ws, hd, linear, head_linear))
-  x = jnp.ones((rows, head.shape[1]), jnp.float32)
-  return _best(lambda: step(x, ws, hd).block_until_ready(), repeats)
+    step = jax.jit(lambda x, ws, hd: chain(x, ws, hd, linear, head_linear))
+    x = jnp.ones((rows, head.shape[1]), jnp.float32)
+    return _best(lambda: step(x, ws, hd).block_until_ready(), repeats)
 
 
 def time_torch(layers, head, rows, dtype, repeats) -> float:
-  import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415
 
-  dt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
-  ws = [[torch.from_numpy(np.ascontiguousarray(w.T)).to(dt) for w in layer] for layer in layers]
-  hd = torch.from_numpy(head).to(dt)
-  x = torch.ones((rows, head.shape[1]), dtype=dt)
+    dt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    ws = [[torch.from_numpy(np.ascontiguousarray(w.T)).to(dt) for w in layer] for layer in layers]
+    hd = torch.from_numpy(head).to(dt)
+    x = torch.ones((rows, head.shape[1]), dtype=dt)
 
-  def run():
-    with torch.no_grad():
-      chain(x, ws, hd, torch.nn.functional.linear, torch.nn.functional.linear)
+    def run():
+        with torch.no_grad():
+            chain(x, ws, hd, torch.nn.functional.linear, torch.nn.functional.linear)
 
-  return _best(run, repeats)
+    return _best(run, repeats)
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--model", default="smollm2-135m-instruct", help="a preset: its shapes only")
-  parser.add_argument("--rows", type=int, default=16)
-  parser.add_argument("--repeats", type=int, default=5)
-  args = parser.parse_args()
-  import torch  # noqa: PLC0415
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m-instruct", help="a preset: its shapes only")
+    parser.add_argument("--rows", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    import torch  # noqa: PLC0415
 
-  spec = get_preset(args.model)
-  layers, head = make_weights(spec)
-  params = sum(w.size for layer in layers for w in layer) + head.size
-  flops = 2 * args.rows * params
-  peak = matmul_flops()
-  print(f"backend={jax.default_backend()} cpus={os.cpu_count()} torch threads={torch.get_num_threads()} "
-        f"load average={os.getloadavg()[0]:.1f}; {args.model}: {len(layers)} layers x 7 matmuls + head, "
-        f"{args.rows} rows, {flops / 1e9:.2f} GFLOP; jitted 2048^3 float32 matmul {peak / 1e9:.0f} GFLOP/s")
-  for dtype in ("float32", "bfloat16"):
-    ours = time_ours(layers, head, args.rows, dtype, args.repeats)
-    theirs = time_torch(layers, head, args.rows, dtype, args.repeats)
-    print(f"{dtype:8s}: ours {ours * 1e3:6.1f} ms ({flops / ours / 1e9:5.0f} GFLOP/s, {flops / ours / peak:4.0%} of "
-          f"the 2048^3 rate) | torch {theirs * 1e3:6.1f} ms ({flops / theirs / 1e9:5.0f} GFLOP/s) | "
-          f"ratio {theirs / ours:.2f}x", flush=True)
+    spec = get_preset(args.model)
+    layers, head = make_weights(spec)
+    params = sum(w.size for layer in layers for w in layer) + head.size
+    flops = 2 * args.rows * params
+    peak = matmul_flops()
+    print(f"backend={jax.default_backend()} cpus={os.cpu_count()} torch threads={torch.get_num_threads()} "
+          f"load average={os.getloadavg()[0]:.1f}; {args.model}: {len(layers)} layers x 7 matmuls + head, "
+          f"{args.rows} rows, {flops / 1e9:.2f} GFLOP; jitted 2048^3 float32 matmul {peak / 1e9:.0f} GFLOP/s")
+    for dtype in ("float32", "bfloat16"):
+        ours = time_ours(layers, head, args.rows, dtype, args.repeats)
+        theirs = time_torch(layers, head, args.rows, dtype, args.repeats)
+        print(f"{dtype:8s}: ours {ours * 1e3:6.1f} ms ({flops / ours / 1e9:5.0f} GFLOP/s, {flops / ours / peak:4.0%} of "
+              f"the 2048^3 rate) | torch {theirs * 1e3:6.1f} ms ({flops / theirs / 1e9:5.0f} GFLOP/s) | "
+              f"ratio {theirs / ours:.2f}x", flush=True)
 
 
 if __name__ == "__main__":
-  main()
+    main()

@@ -49,181 +49,181 @@ HBM_BYTES_PER_S = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12}  # spec shee
 
 
 def _prompts(tokenizer, batch: int) -> list[list[int]]:
-  return [tokenizer.encode_chat([{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}])
-          for i in range(batch)]
+    return [tokenizer.encode_chat([{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}])
+            for i in range(batch)]
 
 
 def _time(fn, repeats: int) -> list[float]:
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return times
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
 
 
 def ours_runner(model, tokenizer, prompts, new_tokens):
-  """(seconds of the first call, which compiles; a function that makes one steady call)."""
-  sampler = Sampler(model, tokenizer)
-  config = SamplingConfig(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True,
-                          reuse_prefix=False)
-  start = time.perf_counter()
-  first = sampler.generate(prompts, config)
-  first_s = time.perf_counter() - start
-  assert all(len(t) == new_tokens for t in first.tokens)
-  return first_s, lambda: sampler.generate(prompts, config), sampler
+    """(seconds of the first call, which compiles; a function that makes one steady call)."""
+    sampler = Sampler(model, tokenizer)
+    config = SamplingConfig(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True,
+                            reuse_prefix=False)
+    start = time.perf_counter()
+    first = sampler.generate(prompts, config)
+    first_s = time.perf_counter() - start
+    assert all(len(t) == new_tokens for t in first.tokens)
+    return first_s, lambda: sampler.generate(prompts, config), sampler
 
 
 def transformers_runner(prompts, new_tokens, pad_id, threads=0):
-  """(seconds of the first call, a function that makes one call, torch threads)."""
-  import torch  # noqa: PLC0415
-  import transformers  # noqa: PLC0415
+    """(seconds of the first call, a function that makes one call, torch threads)."""
+    import torch  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
 
-  if threads:
-    torch.set_num_threads(threads)
-  folder = os.path.dirname(embedded_gguf_path())
-  model = transformers.AutoModelForCausalLM.from_pretrained(
-      folder, gguf_file=EMBEDDED_GGUF, dtype=torch.float32
-  ).eval()
-  width = max(len(p) for p in prompts)
-  ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-  mask = torch.zeros((len(prompts), width), dtype=torch.long)
-  for row, p in enumerate(prompts):  # left padding, as decoder-only generation needs
-    ids[row, width - len(p):] = torch.tensor(p)
-    mask[row, width - len(p):] = 1
+    if threads:
+        torch.set_num_threads(threads)
+    folder = os.path.dirname(embedded_gguf_path())
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=EMBEDDED_GGUF, dtype=torch.float32
+    ).eval()
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, p in enumerate(prompts):  # left padding, as decoder-only generation needs
+        ids[row, width - len(p):] = torch.tensor(p)
+        mask[row, width - len(p):] = 1
 
-  def run():
-    with torch.no_grad():
-      out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=new_tokens,
-                           min_new_tokens=new_tokens, pad_token_id=pad_id)
-    assert out.shape[1] == width + new_tokens
+    def run():
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=new_tokens,
+                                 min_new_tokens=new_tokens, pad_token_id=pad_id)
+        assert out.shape[1] == width + new_tokens
 
-  start = time.perf_counter()
-  run()
-  return time.perf_counter() - start, run, torch.get_num_threads()
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start, run, torch.get_num_threads()
 
 
 def alternated(runs, repeats: int) -> list[list[float]]:
-  """Seconds of each run, called in turn `repeats` times: on a shared VM each side's speed drifts by
-  tens of percent within minutes, and alternating lets both see the same machine."""
-  times = [[] for _ in runs]
-  for _ in range(repeats):
-    for run, out in zip(runs, times):
-      out += _time(run, 1)
-  return times
+    """Seconds of each run, called in turn `repeats` times: on a shared VM each side's speed drifts by
+    tens of percent within minutes, and alternating lets both see the same machine."""
+    times = [[] for _ in runs]
+    for _ in range(repeats):
+        for run, out in zip(runs, times):
+            out += _time(run, 1)
+    return times
 
 
 def _summary(times: list[float], first_s: float, rows: int, new_tokens: int) -> dict:
-  best = min(times)
-  return {"tokens_per_s": rows * new_tokens / best, "best_s": best,
-          "median_s": statistics.median(times), "first_s": first_s, "times_s": times}
+    best = min(times)
+    return {"tokens_per_s": rows * new_tokens / best, "best_s": best,
+            "median_s": statistics.median(times), "first_s": first_s, "times_s": times}
 
 
 def read_bandwidth(gib: float = 1.0, repeats: int = 5) -> float:
-  """Bytes/s a jitted reduction reads from device memory (host RAM on a CPU backend)."""
-  data = jnp.ones((int(gib * 2**30) // 4,), jnp.float32)
-  total = jax.jit(jnp.sum)
-  total(data).block_until_ready()
-  best = min(_time(lambda: total(data).block_until_ready(), repeats))
-  return data.nbytes / best
+    """Bytes/s a jitted reduction reads from device memory (host RAM on a CPU backend)."""
+    data = jnp.ones((int(gib * 2**30) // 4,), jnp.float32)
+    total = jax.jit(jnp.sum)
+    total(data).block_until_ready()
+    best = min(_time(lambda: total(data).block_until_ready(), repeats))
+    return data.nbytes / best
 
 
 def matmul_flops(size: int = 2048, repeats: int = 5) -> float:
-  """FLOP/s of a jitted float32 size^3 matmul: what this backend's dense kernels reach."""
-  a = jnp.ones((size, size), jnp.float32)
-  mm = jax.jit(jnp.matmul)
-  mm(a, a).block_until_ready()
-  best = min(_time(lambda: mm(a, a).block_until_ready(), repeats))
-  return 2 * size**3 / best
+    """FLOP/s of a jitted float32 size^3 matmul: what this backend's dense kernels reach."""
+    a = jnp.ones((size, size), jnp.float32)
+    mm = jax.jit(jnp.matmul)
+    mm(a, a).block_until_ready()
+    best = min(_time(lambda: mm(a, a).block_until_ready(), repeats))
+    return 2 * size**3 / best
 
 
 def decode_roofline(model, spec, batch, prompt_len, new_tokens, step_s, bandwidth, flops):
-  """One decode step against the time to read the weights + KV cache once and to do its matmuls."""
-  leaves = jax.tree.leaves(model)
-  param_bytes = sum(x.size * x.dtype.itemsize for x in leaves)
-  itemsize = max(leaves, key=lambda x: x.size).dtype.itemsize
-  slots = _bucket(prompt_len, SamplingConfig().prompt_buckets, "prompt") + 64 * -(-new_tokens // 64)
-  kv_bytes = 2 * spec.num_layers * batch * slots * spec.num_kv_heads * spec.head_dim * itemsize
-  matmul_params = sum(x.size for x in leaves if x.ndim >= 2)  # dense models: every expert counts
-  if not spec.tie_embeddings:  # the input embedding is a gather, not a matmul
-    matmul_params -= spec.vocab_size * spec.hidden_size
-  step_flops = 2 * batch * matmul_params
-  read_s = (param_bytes + kv_bytes) / bandwidth
-  compute_s = step_flops / flops
-  return {"decode_step_s": step_s, "decode_tokens_per_s": batch / step_s,
-          "bytes_per_step": param_bytes + kv_bytes, "read_s": read_s,
-          "flops_per_step": step_flops, "compute_s": compute_s,
-          "roofline_tokens_per_s": batch / max(read_s, compute_s),
-          "roofline_fraction": max(read_s, compute_s) / step_s,
-          "bound": "bandwidth" if read_s >= compute_s else "compute"}
+    """One decode step against the time to read the weights + KV cache once and to do its matmuls."""
+    leaves = jax.tree.leaves(model)
+    param_bytes = sum(x.size * x.dtype.itemsize for x in leaves)
+    itemsize = max(leaves, key=lambda x: x.size).dtype.itemsize
+    slots = _bucket(prompt_len, SamplingConfig().prompt_buckets, "prompt") + 64 * -(-new_tokens // 64)
+    kv_bytes = 2 * spec.num_layers * batch * slots * spec.num_kv_heads * spec.head_dim * itemsize
+    matmul_params = sum(x.size for x in leaves if x.ndim >= 2)  # dense models: every expert counts
+    if not spec.tie_embeddings:  # the input embedding is a gather, not a matmul
+        matmul_params -= spec.vocab_size * spec.hidden_size
+    step_flops = 2 * batch * matmul_params
+    read_s = (param_bytes + kv_bytes) / bandwidth
+    compute_s = step_flops / flops
+    return {"decode_step_s": step_s, "decode_tokens_per_s": batch / step_s,
+            "bytes_per_step": param_bytes + kv_bytes, "read_s": read_s,
+            "flops_per_step": step_flops, "compute_s": compute_s,
+            "roofline_tokens_per_s": batch / max(read_s, compute_s),
+            "roofline_fraction": max(read_s, compute_s) / step_s,
+            "bound": "bandwidth" if read_s >= compute_s else "compute"}
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--batches", default="1,16")
-  parser.add_argument("--new-tokens", type=int, default=64)
-  parser.add_argument("--repeats", type=int, default=3)
-  parser.add_argument("--skip-transformers", action="store_true")
-  parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                      help="our weights and activations (the baseline stays float32)")
-  parser.add_argument("--torch-threads", type=int, default=0,
-                      help="torch.set_num_threads for the baseline (0: PyTorch's default); on a loaded "
-                           "machine 1 avoids OpenMP oversubscription that slows PyTorch far more than XLA")
-  args = parser.parse_args()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", default="1,16")
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip-transformers", action="store_true")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="our weights and activations (the baseline stays float32)")
+    parser.add_argument("--torch-threads", type=int, default=0,
+                        help="torch.set_num_threads for the baseline (0: PyTorch's default); on a loaded "
+                             "machine 1 avoids OpenMP oversubscription that slows PyTorch far more than XLA")
+    args = parser.parse_args()
 
-  dtype = jnp.dtype(args.dtype)
-  model, tokenizer, spec = load_model("smollm2-135m-instruct", dtype=dtype, param_dtype=dtype)
-  print(f"backend={jax.default_backend()} devices={len(jax.devices())} cpus={os.cpu_count()} "
-        f"load average={os.getloadavg()[0]:.1f} (other processes share these cores)")
-  kind = getattr(jax.devices()[0], "device_kind", "")
-  bandwidth = next((v for k, v in HBM_BYTES_PER_S.items() if k in kind), None) or read_bandwidth()
-  flops = matmul_flops()
-  print(f"{kind}: read bandwidth {bandwidth / 1e9:.1f} GB/s, float32 matmul {flops / 1e9:.1f} GFLOP/s")
-  rows = []
-  for batch in [int(b) for b in args.batches.split(",")]:
-    prompts = _prompts(tokenizer, batch)
-    mean_len = float(np.mean([len(p) for p in prompts]))
-    first_s, ours_run, sampler = ours_runner(model, tokenizer, prompts, args.new_tokens)
-    _, half_run, _ = ours_runner(model, tokenizer, prompts, args.new_tokens // 2)
-    runs = [ours_run, half_run]
-    if not args.skip_transformers:
-      ref_first_s, ref_run, threads = transformers_runner(
-          prompts, args.new_tokens, tokenizer.pad_token_id, args.torch_threads)
-      runs.append(ref_run)
-    times = alternated(runs, args.repeats)
-    ours = _summary(times[0], first_s, batch, args.new_tokens)
-    ours["compile_s"] = max(first_s - ours["best_s"], 0.0)
-    ours["compiles"] = sampler.compile_count
-    half_best = min(times[1])
-    row = {"batch": batch, "prompt_tokens": mean_len, "new_tokens": args.new_tokens, "ours": ours,
-           "dtype": args.dtype}
-    step_s = (ours["best_s"] - half_best) / (args.new_tokens - args.new_tokens // 2)
-    row["roofline"] = decode_roofline(model, spec, batch, max(map(len, prompts)), args.new_tokens,
-                                      step_s, bandwidth, flops)
-    if not args.skip_transformers:
-      ref = _summary(times[2], ref_first_s, batch, args.new_tokens)
-      ref["threads"] = threads
-      row["transformers"] = ref
-      paired = [theirs / mine for mine, theirs in zip(times[0], times[2])]
-      row["ratio"] = statistics.median(paired)  # of calls made back to back
-      row["ratio_range"] = [min(paired), max(paired)]
-      row["ratio_of_bests"] = ours["tokens_per_s"] / ref["tokens_per_s"]
-    rows.append(row)
-    line = (f"batch {batch:3d} prompt ~{mean_len:.0f} tok + {args.new_tokens} new: ours ({args.dtype}) "
-            f"{ours['tokens_per_s']:7.1f} tok/s (compile {ours['compile_s']:.1f} s)")
-    if "transformers" in row:
-      line += (f" | transformers ({row['transformers']['threads']} threads) "
-               f"{row['transformers']['tokens_per_s']:7.1f} tok/s | ratio {row['ratio']:.2f}x "
-               f"(back-to-back pairs {row['ratio_range'][0]:.2f}-{row['ratio_range'][1]:.2f}x, "
-               f"bests {row['ratio_of_bests']:.2f}x)")
-    roof = row["roofline"]
-    line += (f" | decode step {1e3 * roof['decode_step_s']:.1f} ms = {roof['decode_tokens_per_s']:.0f} "
-             f"tok/s, {100 * roof['roofline_fraction']:.0f}% of the {roof['bound']} roofline "
-             f"({roof['roofline_tokens_per_s']:.0f} tok/s: read {1e3 * roof['read_s']:.1f} ms, "
-             f"matmuls {1e3 * roof['compute_s']:.1f} ms)")
-    print(line + f" [load {os.getloadavg()[0]:.1f}]", flush=True)
-  print(json.dumps(rows))
+    dtype = jnp.dtype(args.dtype)
+    model, tokenizer, spec = load_model("smollm2-135m-instruct", dtype=dtype, param_dtype=dtype)
+    print(f"backend={jax.default_backend()} devices={len(jax.devices())} cpus={os.cpu_count()} "
+          f"load average={os.getloadavg()[0]:.1f} (other processes share these cores)")
+    kind = getattr(jax.devices()[0], "device_kind", "")
+    bandwidth = next((v for k, v in HBM_BYTES_PER_S.items() if k in kind), None) or read_bandwidth()
+    flops = matmul_flops()
+    print(f"{kind}: read bandwidth {bandwidth / 1e9:.1f} GB/s, float32 matmul {flops / 1e9:.1f} GFLOP/s")
+    rows = []
+    for batch in [int(b) for b in args.batches.split(",")]:
+        prompts = _prompts(tokenizer, batch)
+        mean_len = float(np.mean([len(p) for p in prompts]))
+        first_s, ours_run, sampler = ours_runner(model, tokenizer, prompts, args.new_tokens)
+        _, half_run, _ = ours_runner(model, tokenizer, prompts, args.new_tokens // 2)
+        runs = [ours_run, half_run]
+        if not args.skip_transformers:
+            ref_first_s, ref_run, threads = transformers_runner(
+                prompts, args.new_tokens, tokenizer.pad_token_id, args.torch_threads)
+            runs.append(ref_run)
+        times = alternated(runs, args.repeats)
+        ours = _summary(times[0], first_s, batch, args.new_tokens)
+        ours["compile_s"] = max(first_s - ours["best_s"], 0.0)
+        ours["compiles"] = sampler.compile_count
+        half_best = min(times[1])
+        row = {"batch": batch, "prompt_tokens": mean_len, "new_tokens": args.new_tokens, "ours": ours,
+               "dtype": args.dtype}
+        step_s = (ours["best_s"] - half_best) / (args.new_tokens - args.new_tokens // 2)
+        row["roofline"] = decode_roofline(model, spec, batch, max(map(len, prompts)), args.new_tokens,
+                                          step_s, bandwidth, flops)
+        if not args.skip_transformers:
+            ref = _summary(times[2], ref_first_s, batch, args.new_tokens)
+            ref["threads"] = threads
+            row["transformers"] = ref
+            paired = [theirs / mine for mine, theirs in zip(times[0], times[2])]
+            row["ratio"] = statistics.median(paired)  # of calls made back to back
+            row["ratio_range"] = [min(paired), max(paired)]
+            row["ratio_of_bests"] = ours["tokens_per_s"] / ref["tokens_per_s"]
+        rows.append(row)
+        line = (f"batch {batch:3d} prompt ~{mean_len:.0f} tok + {args.new_tokens} new: ours ({args.dtype}) "
+                f"{ours['tokens_per_s']:7.1f} tok/s (compile {ours['compile_s']:.1f} s)")
+        if "transformers" in row:
+            line += (f" | transformers ({row['transformers']['threads']} threads) "
+                     f"{row['transformers']['tokens_per_s']:7.1f} tok/s | ratio {row['ratio']:.2f}x "
+                     f"(back-to-back pairs {row['ratio_range'][0]:.2f}-{row['ratio_range'][1]:.2f}x, "
+                     f"bests {row['ratio_of_bests']:.2f}x)")
+        roof = row["roofline"]
+        line += (f" | decode step {1e3 * roof['decode_step_s']:.1f} ms = {roof['decode_tokens_per_s']:.0f} "
+                 f"tok/s, {100 * roof['roofline_fraction']:.0f}% of the {roof['bound']} roofline "
+                 f"({roof['roofline_tokens_per_s']:.0f} tok/s: read {1e3 * roof['read_s']:.1f} ms, "
+                 f"matmuls {1e3 * roof['compute_s']:.1f} ms)")
+        print(line + f" [load {os.getloadavg()[0]:.1f}]", flush=True)
+    print(json.dumps(rows))
 
 
 if __name__ == "__main__":
-  main()
+    main()

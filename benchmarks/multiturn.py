@@ -28,72 +28,72 @@ from rollout import load  # benchmarks/rollout.py: the same tiny-or-named model 
 
 
 class Counted:
-  """A play_episodes generate function over one Sampler that tallies prompt tokens fed vs reused."""
+    """A play_episodes generate function over one Sampler that tallies prompt tokens fed vs reused."""
 
-  def __init__(self, sampler, sampling):
-    self.sampler, self.sampling = sampler, sampling
-    self.prompt_tokens = self.reused_tokens = self.calls = self.reused_calls = 0
+    def __init__(self, sampler, sampling):
+        self.sampler, self.sampling = sampler, sampling
+        self.prompt_tokens = self.reused_tokens = self.calls = self.reused_calls = 0
 
-  def __call__(self, prompts):
-    result = self.sampler.generate(prompts, self.sampling, 0)
-    self.calls += 1
-    self.prompt_tokens += sum(len(p) for p in prompts)
-    self.reused_tokens += self.sampler.last_reused_tokens
-    self.reused_calls += self.sampler.last_reused_tokens > 0
-    return generations_of(result)
+    def __call__(self, prompts):
+        result = self.sampler.generate(prompts, self.sampling, 0)
+        self.calls += 1
+        self.prompt_tokens += sum(len(p) for p in prompts)
+        self.reused_tokens += self.sampler.last_reused_tokens
+        self.reused_calls += self.sampler.last_reused_tokens > 0
+        return generations_of(result)
 
 
 def play(env_name, model, tokenizer, sampling, rollout, seeds):
-  generate = Counted(Sampler(model, tokenizer), sampling)
-  t0 = time.perf_counter()
-  trajectories = play_episodes([load_library_env(env_name) for _ in seeds], seeds, generate, tokenizer,
-                               rollout, format_observation=roles.with_hint)
-  return trajectories, generate, time.perf_counter() - t0
+    generate = Counted(Sampler(model, tokenizer), sampling)
+    t0 = time.perf_counter()
+    trajectories = play_episodes([load_library_env(env_name) for _ in seeds], seeds, generate, tokenizer,
+                                 rollout, format_observation=roles.with_hint)
+    return trajectories, generate, time.perf_counter() - t0
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--model", default="smollm2-135m-instruct")
-  parser.add_argument("--env", default="odd_one_out")
-  parser.add_argument("--batch", type=int, default=16)
-  parser.add_argument("--turns", type=int, default=6)
-  parser.add_argument("--max-new-tokens", type=int, default=32)
-  parser.add_argument("--repeats", type=int, default=2)
-  args = parser.parse_args()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--env", default="odd_one_out")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--turns", type=int, default=6)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
 
-  model, tokenizer = load(args.model)
-  base = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=0.0)
-  rollout = RolloutConfig(max_turns=args.turns, max_context_tokens=model.spec.max_position - 2 * args.max_new_tokens)
-  seeds = list(range(args.batch))
-  print(f"env {args.env}, model {args.model}, batch {args.batch}, up to {args.turns} turns, "
-        f"{args.max_new_tokens} new tokens per turn, greedy; {jax.devices()[0].platform}, "
-        f"load average {os.getloadavg()[0]:.1f}")
+    model, tokenizer = load(args.model)
+    base = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=0.0)
+    rollout = RolloutConfig(max_turns=args.turns, max_context_tokens=model.spec.max_position - 2 * args.max_new_tokens)
+    seeds = list(range(args.batch))
+    print(f"env {args.env}, model {args.model}, batch {args.batch}, up to {args.turns} turns, "
+          f"{args.max_new_tokens} new tokens per turn, greedy; {jax.devices()[0].platform}, "
+          f"load average {os.getloadavg()[0]:.1f}")
 
-  sides = {"reuse on (ours)": base, "reuse off (baseline)": base.replace(reuse_prefix=False)}
-  best, first, outcome = {}, {}, {}
-  for name, sampling in sides.items():  # untimed first play: compiles
-    _, _, first[name] = play(args.env, model, tokenizer, sampling, rollout, seeds)
-  for _ in range(args.repeats):
-    for name, sampling in sides.items():
-      trajectories, counts, seconds = play(args.env, model, tokenizer, sampling, rollout, seeds)
-      best[name] = min(best.get(name, float("inf")), seconds)
-      outcome[name] = (trajectories, counts)
+    sides = {"reuse on (ours)": base, "reuse off (baseline)": base.replace(reuse_prefix=False)}
+    best, first, outcome = {}, {}, {}
+    for name, sampling in sides.items():  # untimed first play: compiles
+        _, _, first[name] = play(args.env, model, tokenizer, sampling, rollout, seeds)
+    for _ in range(args.repeats):
+        for name, sampling in sides.items():
+            trajectories, counts, seconds = play(args.env, model, tokenizer, sampling, rollout, seeds)
+            best[name] = min(best.get(name, float("inf")), seconds)
+            outcome[name] = (trajectories, counts)
 
-  (ours_traj, ours_counts), (base_traj, base_counts) = outcome.values()
-  same = sum(a.tokens == b.tokens for a, b in zip(ours_traj, base_traj))
-  turns = sum(len(t.actions) for t in ours_traj)
-  longest = max(len(t.tokens) for t in ours_traj)
-  print(f"{turns} agent turns in {base_counts.calls} generate calls; longest conversation {longest} "
-        f"tokens; identical trajectories: {same}/{args.batch}")
-  print(f"prompt tokens: {base_counts.prompt_tokens} prefilled by the baseline; with reuse "
-        f"{ours_counts.reused_tokens} taken from the kept cache ({ours_counts.reused_calls}/"
-        f"{ours_counts.calls} calls), {ours_counts.prompt_tokens - ours_counts.reused_tokens} fed")
-  for name in sides:
-    print(f"{name:22s} {args.batch / best[name]:8.3f} episodes/s  ({best[name]:.1f}s per batch, best of "
-          f"{args.repeats}; first play incl. compiles {first[name]:.1f}s)")
-  ours, baseline = (args.batch / best[name] for name in sides)
-  print(f"ratio: {ours / baseline:.2f}x")
+    (ours_traj, ours_counts), (base_traj, base_counts) = outcome.values()
+    same = sum(a.tokens == b.tokens for a, b in zip(ours_traj, base_traj))
+    turns = sum(len(t.actions) for t in ours_traj)
+    longest = max(len(t.tokens) for t in ours_traj)
+    print(f"{turns} agent turns in {base_counts.calls} generate calls; longest conversation {longest} "
+          f"tokens; identical trajectories: {same}/{args.batch}")
+    print(f"prompt tokens: {base_counts.prompt_tokens} prefilled by the baseline; with reuse "
+          f"{ours_counts.reused_tokens} taken from the kept cache ({ours_counts.reused_calls}/"
+          f"{ours_counts.calls} calls), {ours_counts.prompt_tokens - ours_counts.reused_tokens} fed")
+    for name in sides:
+        print(f"{name:22s} {args.batch / best[name]:8.3f} episodes/s  ({best[name]:.1f}s per batch, best of "
+              f"{args.repeats}; first play incl. compiles {first[name]:.1f}s)")
+    ours, baseline = (args.batch / best[name] for name in sides)
+    print(f"ratio: {ours / baseline:.2f}x")
 
 
 if __name__ == "__main__":
-  main()
+    main()

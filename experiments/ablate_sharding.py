@@ -13,116 +13,116 @@ import time
 
 
 def default_meshes(n: int, moe: bool) -> list[str]:
-  """A spread of data / fsdp / tensor (/ expert) splits that fit n devices."""
-  if n == 1:
-    return ["data=1"]
-  half = n // 2
-  meshes = [f"data={n}", f"fsdp={n}", f"data=2,fsdp={half}", f"data={half},tensor=2", f"fsdp={half},tensor=2"]
-  if moe:
-    meshes += [f"data={half},expert=2", f"fsdp={half},expert=2"]
-  return [m for m in meshes if "=0" not in m]
+    """A spread of data / fsdp / tensor (/ expert) splits that fit n devices."""
+    if n == 1:
+        return ["data=1"]
+    half = n // 2
+    meshes = [f"data={n}", f"fsdp={n}", f"data=2,fsdp={half}", f"data={half},tensor=2", f"fsdp={half},tensor=2"]
+    if moe:
+        meshes += [f"data={half},expert=2", f"fsdp={half},expert=2"]
+    return [m for m in meshes if "=0" not in m]
 
 
 def _batch(spec, rows: int, length: int, seed: int = 0):
-  import numpy as np  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
 
-  from spade_jax.rl.collate import Sample, collate  # noqa: PLC0415
+    from spade_jax.rl.collate import Sample, collate  # noqa: PLC0415
 
-  rng = np.random.default_rng(seed)
-  samples = []
-  for _ in range(rows):
-    tokens = rng.integers(3, spec.vocab_size, length).tolist()
-    mask = [0] * (length // 2) + [1] * (length - length // 2)
-    samples.append(Sample(tokens, mask, (-rng.random(length)).tolist(), float(rng.normal())))
-  return collate(samples, length_multiple=length)
+    rng = np.random.default_rng(seed)
+    samples = []
+    for _ in range(rows):
+        tokens = rng.integers(3, spec.vocab_size, length).tolist()
+        mask = [0] * (length // 2) + [1] * (length - length // 2)
+        samples.append(Sample(tokens, mask, (-rng.random(length)).tolist(), float(rng.normal())))
+    return collate(samples, length_multiple=length)
 
 
 def measure(model_name: str, mesh_arg: str, *, rows: int, length: int, new_tokens: int, steps: int) -> dict:
-  import jax  # noqa: PLC0415
-  import numpy as np  # noqa: PLC0415
+    import jax  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
 
-  from spade_jax.mesh import make_mesh, parse_mesh_arg  # noqa: PLC0415
-  from spade_jax.models.registry import load_model  # noqa: PLC0415
-  from spade_jax.rl.config import RLConfig  # noqa: PLC0415
-  from spade_jax.rl.train import make_train_step  # noqa: PLC0415
-  from spade_jax.sampling import Sampler, SamplingConfig  # noqa: PLC0415
+    from spade_jax.mesh import make_mesh, parse_mesh_arg  # noqa: PLC0415
+    from spade_jax.models.registry import load_model  # noqa: PLC0415
+    from spade_jax.rl.config import RLConfig  # noqa: PLC0415
+    from spade_jax.rl.train import make_train_step  # noqa: PLC0415
+    from spade_jax.sampling import Sampler, SamplingConfig  # noqa: PLC0415
 
-  mesh = make_mesh(parse_mesh_arg(mesh_arg))
-  loaded = load_model(model_name, mesh=mesh)
-  step = make_train_step(loaded.model, RLConfig(), mesh, verbose=False)
-  state = step.init(loaded.model)
-  batch = _batch(loaded.spec, rows, length)
-  placed = step.place_batch(batch)
-  t0 = time.perf_counter()
-  compiled = step.compile(state, placed)
-  compile_s = time.perf_counter() - t0
-  memory = compiled.memory_analysis()
-  peak = None
-  if memory is not None:
-    peak = (memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
-            + memory.temp_size_in_bytes)
-  times = []
-  for _ in range(steps):
+    mesh = make_mesh(parse_mesh_arg(mesh_arg))
+    loaded = load_model(model_name, mesh=mesh)
+    step = make_train_step(loaded.model, RLConfig(), mesh, verbose=False)
+    state = step.init(loaded.model)
+    batch = _batch(loaded.spec, rows, length)
+    placed = step.place_batch(batch)
     t0 = time.perf_counter()
-    state, metrics = step(state, batch)
-    jax.block_until_ready(metrics)
-    times.append(time.perf_counter() - t0)
-  sampler = Sampler(loaded.model, loaded.tokenizer, mesh=mesh)
-  prompts = [list(map(int, row[: length // 2])) for row in np.asarray(batch.tokens_bt)[:rows]]
-  config = SamplingConfig(max_new_tokens=new_tokens, temperature=1.0, ignore_eos=True)
-  t0 = time.perf_counter()
-  sampler.generate(prompts, config, 0)
-  sample_first_s = time.perf_counter() - t0
-  t0 = time.perf_counter()
-  sampler.generate(prompts, config, 1)
-  sample_s = time.perf_counter() - t0
-  return {
-      "mesh": mesh_arg,
-      "devices": mesh.size,
-      "train_compile_s": round(compile_s, 2),
-      "train_step_s": round(float(np.median(times)), 4),
-      "train_peak_mib_per_device": None if peak is None else round(peak / 2**20, 1),
-      "sample_first_call_s": round(sample_first_s, 2),
-      "sample_tokens_per_s": round(rows * new_tokens / sample_s, 1),
-  }
+    compiled = step.compile(state, placed)
+    compile_s = time.perf_counter() - t0
+    memory = compiled.memory_analysis()
+    peak = None
+    if memory is not None:
+        peak = (memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
+                + memory.temp_size_in_bytes)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        state, metrics = step(state, batch)
+        jax.block_until_ready(metrics)
+        times.append(time.perf_counter() - t0)
+    sampler = Sampler(loaded.model, loaded.tokenizer, mesh=mesh)
+    prompts = [list(map(int, row[: length // 2])) for row in np.asarray(batch.tokens_bt)[:rows]]
+    config = SamplingConfig(max_new_tokens=new_tokens, temperature=1.0, ignore_eos=True)
+    t0 = time.perf_counter()
+    sampler.generate(prompts, config, 0)
+    sample_first_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    sampler.generate(prompts, config, 1)
+    sample_s = time.perf_counter() - t0
+    return {
+        "mesh": mesh_arg,
+        "devices": mesh.size,
+        "train_compile_s": round(compile_s, 2),
+        "train_step_s": round(float(np.median(times)), 4),
+        "train_peak_mib_per_device": None if peak is None else round(peak / 2**20, 1),
+        "sample_first_call_s": round(sample_first_s, 2),
+        "sample_tokens_per_s": round(rows * new_tokens / sample_s, 1),
+    }
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m experiments.ablate_sharding", description=__doc__.splitlines()[0])
-  parser.add_argument("--model", default="tiny", help="preset, HF directory or .gguf file")
-  parser.add_argument("--meshes", default=None, help="';'-separated mesh specs, e.g. 'data=8;fsdp=4,tensor=2'")
-  parser.add_argument("--rows", type=int, default=8, help="sequences per train batch and sampler batch")
-  parser.add_argument("--length", type=int, default=128, help="tokens per training sequence")
-  parser.add_argument("--new-tokens", type=int, default=16, help="tokens sampled per row")
-  parser.add_argument("--steps", type=int, default=3, help="timed train steps per mesh")
-  parser.add_argument("--json", default=None, help="also write the results to this file")
-  args = parser.parse_args(argv)
+    parser = argparse.ArgumentParser(prog="python -m experiments.ablate_sharding", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny", help="preset, HF directory or .gguf file")
+    parser.add_argument("--meshes", default=None, help="';'-separated mesh specs, e.g. 'data=8;fsdp=4,tensor=2'")
+    parser.add_argument("--rows", type=int, default=8, help="sequences per train batch and sampler batch")
+    parser.add_argument("--length", type=int, default=128, help="tokens per training sequence")
+    parser.add_argument("--new-tokens", type=int, default=16, help="tokens sampled per row")
+    parser.add_argument("--steps", type=int, default=3, help="timed train steps per mesh")
+    parser.add_argument("--json", default=None, help="also write the results to this file")
+    args = parser.parse_args(argv)
 
-  import jax  # noqa: PLC0415
+    import jax  # noqa: PLC0415
 
-  from spade_jax.models.presets import PRESETS  # noqa: PLC0415
+    from spade_jax.models.presets import PRESETS  # noqa: PLC0415
 
-  spec = PRESETS.get(args.model)
-  meshes = args.meshes.split(";") if args.meshes else default_meshes(jax.device_count(), bool(spec and spec.is_moe))
-  results = []
-  print(f"{jax.device_count()} {jax.devices()[0].platform} devices, model {args.model}", flush=True)
-  header = ("mesh", "compile s", "step s", "peak MiB/dev", "sample tok/s")
-  print("| " + " | ".join(header) + " |\n|" + "---|" * len(header), flush=True)
-  for mesh_arg in meshes:
-    try:
-      r = measure(args.model, mesh_arg, rows=args.rows, length=args.length, new_tokens=args.new_tokens,
-                  steps=args.steps)
-    except ValueError as err:
-      print(f"| {mesh_arg} | skipped: {str(err).splitlines()[0]} |", flush=True)
-      continue
-    results.append(r)
-    print(f"| {r['mesh']} | {r['train_compile_s']} | {r['train_step_s']} | {r['train_peak_mib_per_device']} "
-          f"| {r['sample_tokens_per_s']} |", flush=True)
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(results, f, indent=1)
-  return 0 if results else 1
+    spec = PRESETS.get(args.model)
+    meshes = args.meshes.split(";") if args.meshes else default_meshes(jax.device_count(), bool(spec and spec.is_moe))
+    results = []
+    print(f"{jax.device_count()} {jax.devices()[0].platform} devices, model {args.model}", flush=True)
+    header = ("mesh", "compile s", "step s", "peak MiB/dev", "sample tok/s")
+    print("| " + " | ".join(header) + " |\n|" + "---|" * len(header), flush=True)
+    for mesh_arg in meshes:
+        try:
+            r = measure(args.model, mesh_arg, rows=args.rows, length=args.length, new_tokens=args.new_tokens,
+                        steps=args.steps)
+        except ValueError as err:
+            print(f"| {mesh_arg} | skipped: {str(err).splitlines()[0]} |", flush=True)
+            continue
+        results.append(r)
+        print(f"| {r['mesh']} | {r['train_compile_s']} | {r['train_step_s']} | {r['train_peak_mib_per_device']} "
+              f"| {r['sample_tokens_per_s']} |", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0 if results else 1
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+    sys.exit(main())

@@ -11,4 +11,4 @@ __version__ = "0.1.0"
 # here, at import, unless the user's XLA_FLAGS already choose. Other backends ignore the flag.
 CPU_SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler"
 if CPU_SCHEDULER_FLAG not in _os.environ.get("XLA_FLAGS", ""):
-  _os.environ["XLA_FLAGS"] = f"{_os.environ.get('XLA_FLAGS', '')} {CPU_SCHEDULER_FLAG}=false".strip()
+    _os.environ["XLA_FLAGS"] = f"{_os.environ.get('XLA_FLAGS', '')} {CPU_SCHEDULER_FLAG}=false".strip()

@@ -18,23 +18,23 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "experiments" / "configs"
 
 
 class ConfigError(ValueError):
-  """A user-caused config problem; its message is one line naming the key and the fix."""
+    """A user-caused config problem; its message is one line naming the key and the fix."""
 
 
 def choice(value: str, allowed: tuple[str, ...], key: str) -> None:
-  """Raises ConfigError unless value is one of allowed."""
-  if value not in allowed:
-    raise ConfigError(f"{key}={value!r} is not allowed; choose one of {', '.join(allowed)}")
+    """Raises ConfigError unless value is one of allowed."""
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not allowed; choose one of {', '.join(allowed)}")
 
 
 def positive(value, key: str, *, allow_zero: bool = False) -> None:
-  if value < 0 or (value == 0 and not allow_zero):
-    raise ConfigError(f"{key}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{key}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
 
 
 def in_range(value, low, high, key: str) -> None:
-  if not low <= value <= high:
-    raise ConfigError(f"{key}={value!r} must lie in [{low}, {high}]")
+    if not low <= value <= high:
+        raise ConfigError(f"{key}={value!r} must lie in [{low}, {high}]")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -42,166 +42,166 @@ def in_range(value, low, high, key: str) -> None:
 
 
 def _coerce(value: Any, annotation: Any, key: str) -> Any:
-  """Converts YAML/CLI data to the declared type, or raises ConfigError naming the key."""
-  origin = typing.get_origin(annotation)
-  args = typing.get_args(annotation)
-  if annotation is Any:
+    """Converts YAML/CLI data to the declared type, or raises ConfigError naming the key."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if annotation is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0] if errors else f"{key}: bad value {value!r}")
+    if dataclasses.is_dataclass(annotation):
+        if isinstance(value, annotation):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} must be a mapping of its fields, got {value!r}")
+        return from_dict(annotation, value, prefix=f"{key}.")
+    if origin is tuple:
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v] if value else []
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key} must be a list, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
+        if args and len(args) != len(value):
+            raise ConfigError(f"{key} must have {len(args)} items, got {len(value)}")
+        return tuple(
+            _coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args or [Any] * len(value)))
+        )
+    if origin is dict or annotation is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} must be a mapping, got {value!r}")
+        return dict(value)
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise ConfigError(f"{key} must be true or false, got {value!r}")
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ConfigError(f"{key} must be an integer, got {value!r}")
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(f"{key} must be an integer, got {value!r}") from None
+    if annotation is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key} must be a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key} must be a number, got {value!r}") from None
+    if annotation is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{key} must be a string, got {value!r}")
+        return str(value)
     return value
-  if origin in (typing.Union, types.UnionType):
-    if value is None and type(None) in args:
-      return None
-    errors = []
-    for arg in args:
-      if arg is type(None):
-        continue
-      try:
-        return _coerce(value, arg, key)
-      except ConfigError as err:
-        errors.append(str(err))
-    raise ConfigError(errors[0] if errors else f"{key}: bad value {value!r}")
-  if dataclasses.is_dataclass(annotation):
-    if isinstance(value, annotation):
-      return value
-    if not isinstance(value, dict):
-      raise ConfigError(f"{key} must be a mapping of its fields, got {value!r}")
-    return from_dict(annotation, value, prefix=f"{key}.")
-  if origin is tuple:
-    if isinstance(value, str):
-      value = [v for v in value.split(",") if v] if value else []
-    if not isinstance(value, (list, tuple)):
-      raise ConfigError(f"{key} must be a list, got {value!r}")
-    if len(args) == 2 and args[1] is Ellipsis:
-      return tuple(_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
-    if args and len(args) != len(value):
-      raise ConfigError(f"{key} must have {len(args)} items, got {len(value)}")
-    return tuple(
-        _coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args or [Any] * len(value)))
-    )
-  if origin is dict or annotation is dict:
-    if not isinstance(value, dict):
-      raise ConfigError(f"{key} must be a mapping, got {value!r}")
-    return dict(value)
-  if annotation is bool:
-    if isinstance(value, bool):
-      return value
-    if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
-      return value.lower() in ("true", "yes", "1")
-    raise ConfigError(f"{key} must be true or false, got {value!r}")
-  if annotation is int:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-      raise ConfigError(f"{key} must be an integer, got {value!r}")
-    try:
-      return int(value)
-    except ValueError:
-      raise ConfigError(f"{key} must be an integer, got {value!r}") from None
-  if annotation is float:
-    if isinstance(value, bool):
-      raise ConfigError(f"{key} must be a number, got {value!r}")
-    try:
-      return float(value)
-    except (TypeError, ValueError):
-      raise ConfigError(f"{key} must be a number, got {value!r}") from None
-  if annotation is str:
-    if isinstance(value, (dict, list)):
-      raise ConfigError(f"{key} must be a string, got {value!r}")
-    return str(value)
-  return value
 
 
 def _unknown_key(key: str, allowed: list[str]) -> ConfigError:
-  close = difflib.get_close_matches(key.rsplit(".", 1)[-1], allowed, n=1)
-  hint = f" (did you mean {close[0]!r}?)" if close else ""
-  return ConfigError(f"unknown config key {key!r}{hint}; allowed: {', '.join(sorted(allowed))}")
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], allowed, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return ConfigError(f"unknown config key {key!r}{hint}; allowed: {', '.join(sorted(allowed))}")
 
 
 def from_dict(cls, data: dict, prefix: str = ""):
-  """Builds dataclass `cls` from nested plain data; unknown keys raise ConfigError."""
-  hints = typing.get_type_hints(cls)
-  names = [f.name for f in dataclasses.fields(cls) if f.init]
-  kwargs = {}
-  for key, value in (data or {}).items():
-    if key not in names:
-      raise _unknown_key(prefix + key, names)
-    kwargs[key] = _coerce(value, hints[key], prefix + key)
-  try:
-    return cls(**kwargs)
-  except ConfigError:
-    raise
-  except (ValueError, TypeError) as err:
-    raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {err}") from None
+    """Builds dataclass `cls` from nested plain data; unknown keys raise ConfigError."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    kwargs = {}
+    for key, value in (data or {}).items():
+        if key not in names:
+            raise _unknown_key(prefix + key, names)
+        kwargs[key] = _coerce(value, hints[key], prefix + key)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {err}") from None
 
 
 def to_dict(config) -> dict:
-  """Plain nested data (tuples as lists) for YAML."""
+    """Plain nested data (tuples as lists) for YAML."""
 
-  def plain(v):
-    if dataclasses.is_dataclass(v):
-      return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
-    if isinstance(v, (list, tuple)):
-      return [plain(x) for x in v]
-    if isinstance(v, dict):
-      return {k: plain(x) for k, x in v.items()}
-    return v
+    def plain(v):
+        if dataclasses.is_dataclass(v):
+            return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
 
-  return plain(config)
+    return plain(config)
 
 
 def parse_overrides(pairs: list[str]) -> dict:
-  """['rl.lr=1e-5', 'iterations=3'] -> nested dict; values are parsed as YAML scalars."""
-  nested: dict = {}
-  for pair in pairs:
-    if "=" not in pair:
-      raise ConfigError(f"override {pair!r} must look like key=value (e.g. rl.lr=1e-5)")
-    key, raw = pair.split("=", 1)
-    key = key.strip()
-    if not key:
-      raise ConfigError(f"override {pair!r} has an empty key")
-    try:
-      value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-      value = raw
-    node = nested
-    parts = key.split(".")
-    for part in parts[:-1]:
-      node = node.setdefault(part, {})
-      if not isinstance(node, dict):
-        raise ConfigError(f"override {pair!r} conflicts with an earlier override of {part!r}")
-    node[parts[-1]] = value
-  return nested
+    """['rl.lr=1e-5', 'iterations=3'] -> nested dict; values are parsed as YAML scalars."""
+    nested: dict = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"override {pair!r} must look like key=value (e.g. rl.lr=1e-5)")
+        key, raw = pair.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise ConfigError(f"override {pair!r} has an empty key")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = nested
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {pair!r} conflicts with an earlier override of {part!r}")
+        node[parts[-1]] = value
+    return nested
 
 
 def merge(base: dict, update: dict) -> dict:
-  out = dict(base)
-  for key, value in update.items():
-    if isinstance(value, dict) and isinstance(out.get(key), dict):
-      out[key] = merge(out[key], value)
-    else:
-      out[key] = value
-  return out
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def read_yaml(name_or_path: str) -> dict:
-  """Reads a config by name (experiments/configs/NAME.yaml) or path, following `base:` chains."""
-  path = Path(name_or_path)
-  if not path.suffix:
-    path = CONFIG_DIR / f"{name_or_path}.yaml"
-  if not path.is_file():
-    names = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
-    raise ConfigError(f"config {name_or_path!r} not found; use a path or one of: {', '.join(names)}")
-  try:
-    data = yaml.safe_load(path.read_text()) or {}
-  except yaml.YAMLError as err:
-    first = str(err).splitlines()[0]
-    raise ConfigError(f"config {path} is not valid YAML: {first}") from None
-  if not isinstance(data, dict):
-    raise ConfigError(f"config {path} must be a mapping at the top level")
-  base = data.pop("base", None)
-  if base:
-    parent = base if Path(base).suffix else base
-    if Path(parent).suffix and not Path(parent).is_absolute():
-      parent = str(path.parent / parent)
-    data = merge(read_yaml(parent), data)
-  return data
+    """Reads a config by name (experiments/configs/NAME.yaml) or path, following `base:` chains."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = CONFIG_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        names = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+        raise ConfigError(f"config {name_or_path!r} not found; use a path or one of: {', '.join(names)}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        first = str(err).splitlines()[0]
+        raise ConfigError(f"config {path} is not valid YAML: {first}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {path} must be a mapping at the top level")
+    base = data.pop("base", None)
+    if base:
+        parent = base if Path(base).suffix else base
+        if Path(parent).suffix and not Path(parent).is_absolute():
+            parent = str(path.parent / parent)
+        data = merge(read_yaml(parent), data)
+    return data
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,17 +213,17 @@ DTYPES = ("float32", "bfloat16")
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-  name: str = "smollm2-135m-instruct"  # preset name, HF directory or .gguf file
-  dtype: str = "float32"  # compute dtype (f32 is faster than bf16 on XLA:CPU)
-  param_dtype: str = "float32"  # stored params; the optimizer keeps f32 masters either way
-  attn_chunk: int | None = 512  # attention query block: bounds prefill/training memory (null: off)
-  remat: bool = True  # recompute each block in the backward pass (training memory ~ one block)
+    name: str = "smollm2-135m-instruct"  # preset name, HF directory or .gguf file
+    dtype: str = "float32"  # compute dtype (f32 is faster than bf16 on XLA:CPU)
+    param_dtype: str = "float32"  # stored params; the optimizer keeps f32 masters either way
+    attn_chunk: int | None = 512  # attention query block: bounds prefill/training memory (null: off)
+    remat: bool = True  # recompute each block in the backward pass (training memory ~ one block)
 
-  def __post_init__(self):
-    choice(self.dtype, DTYPES, "model.dtype")
-    choice(self.param_dtype, DTYPES, "model.param_dtype")
-    if self.attn_chunk is not None:
-      positive(self.attn_chunk, "model.attn_chunk")
+    def __post_init__(self):
+        choice(self.dtype, DTYPES, "model.dtype")
+        choice(self.param_dtype, DTYPES, "model.param_dtype")
+        if self.attn_chunk is not None:
+            positive(self.attn_chunk, "model.attn_chunk")
 
 
 # Sections live with the code they configure; imported here, after the machinery above, so that a
@@ -243,59 +243,59 @@ field = dataclasses.field
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """Everything one run needs; experiments/configs/default.yaml is a commented copy."""
+    """Everything one run needs; experiments/configs/default.yaml is a commented copy."""
 
-  mode: str = "selfplay"  # selfplay (SPADE) or fixed_pool (agent-only GRPO on env_pool)
-  seed: int = 0  # seeds every random choice of the run
-  iterations: int = 8  # rollout steps (agent updates) to run
-  regen_interval: int = 4  # SPADE: a new environment pool every this many iterations
-  pool_size: int = 24  # SPADE: environments the designer writes per regeneration
-  group_size: int = 16  # SPADE's G: plays per environment and arm (GRPO group size)
-  min_valid_envs: int = 0  # top the pool up with library environments to this many valid ones
-  train_designer: bool = True  # False: the frozen-designer ablation
-  use_memory: bool = True  # False: the no-memory ablation (designer sees no past environments)
-  train_on_hinted: bool = False  # also train the agent on its hinted plays
-  env_pool: str | None = None  # fixed_pool: directory of *.py environment programs (default: the library)
-  backend: str = "auto"  # environment backend: auto (JAX where the program fits), jax or sandbox
-  max_parallel_episodes: int = 64  # episodes played in lockstep (each sandboxed env is a process)
-  play_loop: str = "host"  # host: one generate call per turn over every env; device: JAX-backend envs play inside one compiled loop each (fast per episode on accelerators, one compile per program)
-  checkpoint_every: int = 1  # save a checkpoint every this many iterations
-  keep_checkpoints: int = 3  # checkpoints kept on disk (older ones are deleted)
-  tensorboard: bool = True  # write TensorBoard event files
-  progress: bool = True  # show a progress bar on the terminal
-  model: ModelConfig = field(default_factory=ModelConfig)
-  mesh: MeshConfig = field(default_factory=MeshConfig)
-  designer_sampling: SamplingConfig = field(
-      default_factory=lambda: SamplingConfig(max_new_tokens=1536, temperature=1.0)
-  )
-  hint_sampling: SamplingConfig = field(
-      default_factory=lambda: SamplingConfig(max_new_tokens=96, temperature=0.7)
-  )
-  agent_sampling: SamplingConfig = field(
-      default_factory=lambda: SamplingConfig(max_new_tokens=256, temperature=1.0)
-  )
-  rollout: RolloutConfig = field(default_factory=RolloutConfig)
-  rl: RLConfig = field(default_factory=RLConfig)
-  curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
-  corpus: CorpusConfig = field(default_factory=CorpusConfig)
-  roles: RolesConfig = field(default_factory=RolesConfig)
-  sandbox: SandboxConfig = field(default_factory=SandboxConfig)
-  validation: ValidationConfig = field(default_factory=ValidationConfig)
+    mode: str = "selfplay"  # selfplay (SPADE) or fixed_pool (agent-only GRPO on env_pool)
+    seed: int = 0  # seeds every random choice of the run
+    iterations: int = 8  # rollout steps (agent updates) to run
+    regen_interval: int = 4  # SPADE: a new environment pool every this many iterations
+    pool_size: int = 24  # SPADE: environments the designer writes per regeneration
+    group_size: int = 16  # SPADE's G: plays per environment and arm (GRPO group size)
+    min_valid_envs: int = 0  # top the pool up with library environments to this many valid ones
+    train_designer: bool = True  # False: the frozen-designer ablation
+    use_memory: bool = True  # False: the no-memory ablation (designer sees no past environments)
+    train_on_hinted: bool = False  # also train the agent on its hinted plays
+    env_pool: str | None = None  # fixed_pool: directory of *.py environment programs (default: the library)
+    backend: str = "auto"  # environment backend: auto (JAX where the program fits), jax or sandbox
+    max_parallel_episodes: int = 64  # episodes played in lockstep (each sandboxed env is a process)
+    play_loop: str = "host"  # host: one generate call per turn over every env; device: JAX-backend envs play inside one compiled loop each (fast per episode on accelerators, one compile per program)
+    checkpoint_every: int = 1  # save a checkpoint every this many iterations
+    keep_checkpoints: int = 3  # checkpoints kept on disk (older ones are deleted)
+    tensorboard: bool = True  # write TensorBoard event files
+    progress: bool = True  # show a progress bar on the terminal
+    model: ModelConfig = field(default_factory=ModelConfig)
+    mesh: MeshConfig = field(default_factory=MeshConfig)
+    designer_sampling: SamplingConfig = field(
+        default_factory=lambda: SamplingConfig(max_new_tokens=1536, temperature=1.0)
+    )
+    hint_sampling: SamplingConfig = field(
+        default_factory=lambda: SamplingConfig(max_new_tokens=96, temperature=0.7)
+    )
+    agent_sampling: SamplingConfig = field(
+        default_factory=lambda: SamplingConfig(max_new_tokens=256, temperature=1.0)
+    )
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
+    roles: RolesConfig = field(default_factory=RolesConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
 
-  def __post_init__(self):
-    choice(self.mode, MODES, "mode")
-    choice(self.backend, ("auto", "jax", "sandbox"), "backend")
-    choice(self.play_loop, ("host", "device"), "play_loop")
-    if self.play_loop == "device" and self.rollout.reply_prefix:
-      raise ConfigError("rollout.reply_prefix needs play_loop=host (the device loop reads whole replies)")
-    for key in ("iterations", "regen_interval", "pool_size", "group_size", "max_parallel_episodes",
-                "checkpoint_every", "keep_checkpoints"):
-      positive(getattr(self, key), key)
-    positive(self.min_valid_envs, "min_valid_envs", allow_zero=True)
+    def __post_init__(self):
+        choice(self.mode, MODES, "mode")
+        choice(self.backend, ("auto", "jax", "sandbox"), "backend")
+        choice(self.play_loop, ("host", "device"), "play_loop")
+        if self.play_loop == "device" and self.rollout.reply_prefix:
+            raise ConfigError("rollout.reply_prefix needs play_loop=host (the device loop reads whole replies)")
+        for key in ("iterations", "regen_interval", "pool_size", "group_size", "max_parallel_episodes",
+                    "checkpoint_every", "keep_checkpoints"):
+            positive(getattr(self, key), key)
+        positive(self.min_valid_envs, "min_valid_envs", allow_zero=True)
 
 
 def load_config(name_or_path: str | None = "default", overrides: list[str] | tuple[str, ...] = ()):
-  """The config named (or at a path), with `key=value` overrides applied and validated."""
-  data = read_yaml(name_or_path or "default")
-  data = merge(data, parse_overrides(list(overrides)))
-  return from_dict(Config, data)
+    """The config named (or at a path), with `key=value` overrides applied and validated."""
+    data = read_yaml(name_or_path or "default")
+    data = merge(data, parse_overrides(list(overrides)))
+    return from_dict(Config, data)

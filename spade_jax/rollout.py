@@ -16,130 +16,130 @@ from spade_jax.envs.api import episode_reward
 
 @dataclasses.dataclass(frozen=True)
 class RolloutConfig:
-  max_turns: int = 25  # SPADE's turn limit per episode
-  max_context_tokens: int = 4096  # an episode whose tokens would pass this is cut (truncated)
-  loss_on_truncated: bool = False  # SPADE: trajectories cut by the turn limit carry no loss
-  system_prompt: str | None = None  # the agent's system turn (self-play: None is roles.AGENT_SYSTEM, "" none)
-  # Text every agent reply starts with, forced rather than sampled (prompt side: no loss, no
-  # logprob). "\\boxed{" with the stop string "}" makes a small model answer in the action format.
-  reply_prefix: str = ""
-  step_workers: int = 8  # environment steps run concurrently on this many threads
+    max_turns: int = 25  # SPADE's turn limit per episode
+    max_context_tokens: int = 4096  # an episode whose tokens would pass this is cut (truncated)
+    loss_on_truncated: bool = False  # SPADE: trajectories cut by the turn limit carry no loss
+    system_prompt: str | None = None  # the agent's system turn (self-play: None is roles.AGENT_SYSTEM, "" none)
+    # Text every agent reply starts with, forced rather than sampled (prompt side: no loss, no
+    # logprob). "\\boxed{" with the stop string "}" makes a small model answer in the action format.
+    reply_prefix: str = ""
+    step_workers: int = 8  # environment steps run concurrently on this many threads
 
-  def __post_init__(self):
-    from spade_jax.config import positive  # noqa: PLC0415
+    def __post_init__(self):
+        from spade_jax.config import positive  # noqa: PLC0415
 
-    positive(self.max_turns, "rollout.max_turns")
-    positive(self.max_context_tokens, "rollout.max_context_tokens")
-    positive(self.step_workers, "rollout.step_workers")
+        positive(self.max_turns, "rollout.max_turns")
+        positive(self.max_context_tokens, "rollout.max_context_tokens")
+        positive(self.step_workers, "rollout.step_workers")
 
 
 @dataclasses.dataclass(frozen=True)
 class Generation:
-  """One sampled reply: token ids (ending with EOS when the model stopped), their logprobs."""
+    """One sampled reply: token ids (ending with EOS when the model stopped), their logprobs."""
 
-  tokens: list[int]
-  logprobs: list[float]
-  finish_reason: str  # "eos" | "stop" | "length"
+    tokens: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "eos" | "stop" | "length"
 
 
 GenerateFn = Callable[[list[list[int]]], list[Generation]]
 
 
 class Tokenizer(Protocol):
-  """What rollouts need of `spade_jax.models.tokenizer.Tokenizer`."""
+    """What rollouts need of `spade_jax.models.tokenizer.Tokenizer`."""
 
-  eos_token_ids: tuple[int, ...]
+    eos_token_ids: tuple[int, ...]
 
-  def encode(self, text: str, *, add_special_tokens: bool = ...) -> list[int]: ...
+    def encode(self, text: str, *, add_special_tokens: bool = ...) -> list[int]: ...
 
-  def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = ...) -> str: ...
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = ...) -> str: ...
 
-  def apply_chat_template(self, messages, *, add_generation_prompt: bool = ...) -> str: ...
+    def apply_chat_template(self, messages, *, add_generation_prompt: bool = ...) -> str: ...
 
 
 @dataclasses.dataclass
 class Trajectory:
-  """A whole episode as one token sequence with a per-token loss mask and behaviour logprobs."""
+    """A whole episode as one token sequence with a per-token loss mask and behaviour logprobs."""
 
-  tokens: list[int]
-  loss_mask: list[int]  # 1 on tokens the agent generated
-  behaviour_logprobs: list[float]  # logprob of each token under the sampling policy (0 off-mask)
-  rewards: list[float]  # per step
-  observations: list[str]
-  actions: list[str]
-  terminated: bool = False
-  truncated: bool = False
-  cut_by_context: bool = False
-  group: Any = None  # key of the GRPO group (environment and arm)
-  meta: dict = dataclasses.field(default_factory=dict)
+    tokens: list[int]
+    loss_mask: list[int]  # 1 on tokens the agent generated
+    behaviour_logprobs: list[float]  # logprob of each token under the sampling policy (0 off-mask)
+    rewards: list[float]  # per step
+    observations: list[str]
+    actions: list[str]
+    terminated: bool = False
+    truncated: bool = False
+    cut_by_context: bool = False
+    group: Any = None  # key of the GRPO group (environment and arm)
+    meta: dict = dataclasses.field(default_factory=dict)
 
-  @property
-  def episode_reward(self) -> float:
-    """SPADE: the last step reward clipped to [-1, 1] if the episode terminated, else 0."""
-    return episode_reward(self.rewards[-1], self.terminated) if self.rewards else 0.0
+    @property
+    def episode_reward(self) -> float:
+        """SPADE: the last step reward clipped to [-1, 1] if the episode terminated, else 0."""
+        return episode_reward(self.rewards[-1], self.terminated) if self.rewards else 0.0
 
-  @property
-  def won(self) -> bool:
-    return self.terminated and bool(self.rewards) and self.rewards[-1] >= 1.0
+    @property
+    def won(self) -> bool:
+        return self.terminated and bool(self.rewards) and self.rewards[-1] >= 1.0
 
-  @property
-  def trainable(self) -> bool:
-    return any(self.loss_mask)
+    @property
+    def trainable(self) -> bool:
+        return any(self.loss_mask)
 
 
 class ChatStream:
-  """Appends chat turns to a token stream exactly as the tokenizer's chat template renders them.
+    """Appends chat turns to a token stream exactly as the tokenizer's chat template renders them.
 
-  Agent replies are kept as the sampled token ids (the update must score exactly what was
-  sampled); only the template text between turns is tokenized.
-  """
+    Agent replies are kept as the sampled token ids (the update must score exactly what was
+    sampled); only the template text between turns is tokenized.
+    """
 
-  def __init__(self, tokenizer: Tokenizer, system_prompt: str | None = None, reply_prefix: str = ""):
-    self.tokenizer = tokenizer
-    self.messages: list[dict] = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    self.reply_prefix = reply_prefix
-    # Tokenized on its own, so every reply starts with the same ids whatever precedes them.
-    self._prefix_ids = tokenizer.encode(reply_prefix, add_special_tokens=False) if reply_prefix else []
+    def __init__(self, tokenizer: Tokenizer, system_prompt: str | None = None, reply_prefix: str = ""):
+        self.tokenizer = tokenizer
+        self.messages: list[dict] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        self.reply_prefix = reply_prefix
+        # Tokenized on its own, so every reply starts with the same ids whatever precedes them.
+        self._prefix_ids = tokenizer.encode(reply_prefix, add_special_tokens=False) if reply_prefix else []
 
-  def _render(self, messages, add_generation_prompt: bool) -> str:
-    return self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+    def _render(self, messages, add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
 
-  def first_turn(self, user_text: str) -> list[int]:
-    self.messages.append({"role": "user", "content": user_text})
-    return self.tokenizer.encode(self._render(self.messages, True), add_special_tokens=False) + self._prefix_ids
+    def first_turn(self, user_text: str) -> list[int]:
+        self.messages.append({"role": "user", "content": user_text})
+        return self.tokenizer.encode(self._render(self.messages, True), add_special_tokens=False) + self._prefix_ids
 
-  def next_turn(self, reply_tokens: list[int], user_text: str) -> list[int]:
-    """Tokens that follow the agent's reply: the end of its turn, the user turn, the reply header
-    (and the forced reply prefix)."""
-    ended_with_eos = bool(reply_tokens) and reply_tokens[-1] in self.tokenizer.eos_token_ids
-    eos_text = self.tokenizer.decode(reply_tokens[-1:], skip_special_tokens=False) if ended_with_eos else ""
-    content = self.reply_prefix + self.tokenizer.decode(reply_tokens, skip_special_tokens=True)
-    # Locate the end of the reply through a placeholder, so that short or empty replies (which
-    # may also occur inside the template's own text) are found at the right place.
-    history = self.messages
-    placed = [*history, {"role": "assistant", "content": _PLACEHOLDER}]
-    through_reply = self._render(placed, False)
-    following = self._render([*placed, {"role": "user", "content": user_text}], True)
-    tail = through_reply[through_reply.index(_PLACEHOLDER) + len(_PLACEHOLDER):]
-    if ended_with_eos and tail.startswith(eos_text):
-      tail = tail[len(eos_text):]
-    delta = tail + following[len(through_reply):]
-    self.messages = [*history, {"role": "assistant", "content": content}, {"role": "user", "content": user_text}]
-    return self.tokenizer.encode(delta, add_special_tokens=False) + self._prefix_ids
+    def next_turn(self, reply_tokens: list[int], user_text: str) -> list[int]:
+        """Tokens that follow the agent's reply: the end of its turn, the user turn, the reply header
+        (and the forced reply prefix)."""
+        ended_with_eos = bool(reply_tokens) and reply_tokens[-1] in self.tokenizer.eos_token_ids
+        eos_text = self.tokenizer.decode(reply_tokens[-1:], skip_special_tokens=False) if ended_with_eos else ""
+        content = self.reply_prefix + self.tokenizer.decode(reply_tokens, skip_special_tokens=True)
+        # Locate the end of the reply through a placeholder, so that short or empty replies (which
+        # may also occur inside the template's own text) are found at the right place.
+        history = self.messages
+        placed = [*history, {"role": "assistant", "content": _PLACEHOLDER}]
+        through_reply = self._render(placed, False)
+        following = self._render([*placed, {"role": "user", "content": user_text}], True)
+        tail = through_reply[through_reply.index(_PLACEHOLDER) + len(_PLACEHOLDER):]
+        if ended_with_eos and tail.startswith(eos_text):
+            tail = tail[len(eos_text):]
+        delta = tail + following[len(through_reply):]
+        self.messages = [*history, {"role": "assistant", "content": content}, {"role": "user", "content": user_text}]
+        return self.tokenizer.encode(delta, add_special_tokens=False) + self._prefix_ids
 
 
 _PLACEHOLDER = "\ue000spade-reply\ue001"
 
 
 def _step_all(executor, envs, actions):
-  futures = [executor.submit(env.step, action) for env, action in zip(envs, actions)]
-  results = []
-  for future in futures:
-    try:
-      results.append(future.result())
-    except Exception as err:  # noqa: BLE001 (an environment crash ends its episode, not the run)
-      results.append(err)
-  return results
+    futures = [executor.submit(env.step, action) for env, action in zip(envs, actions)]
+    results = []
+    for future in futures:
+        try:
+            results.append(future.result())
+        except Exception as err:  # noqa: BLE001 (an environment crash ends its episode, not the run)
+            results.append(err)
+    return results
 
 
 def play_episodes(
@@ -153,86 +153,86 @@ def play_episodes(
     groups: Sequence[Any] | None = None,
     format_observation: Callable[[str, str | None], str] | None = None,
 ) -> list[Trajectory]:
-  """Plays one episode per env in lockstep: each turn is one batched generation over live episodes.
+    """Plays one episode per env in lockstep: each turn is one batched generation over live episodes.
 
-  An env whose reset or step raises ends its episode (truncated, no reward) with the error in meta.
-  """
-  n = len(envs)
-  hints = list(hints) if hints is not None else [None] * n
-  groups = list(groups) if groups is not None else list(range(n))
-  if format_observation is None:
-    from spade_jax.roles import with_hint as format_observation  # noqa: PLC0415
+    An env whose reset or step raises ends its episode (truncated, no reward) with the error in meta.
+    """
+    n = len(envs)
+    hints = list(hints) if hints is not None else [None] * n
+    groups = list(groups) if groups is not None else list(range(n))
+    if format_observation is None:
+        from spade_jax.roles import with_hint as format_observation  # noqa: PLC0415
 
-  trajectories: list[Trajectory] = []
-  streams: list[ChatStream] = []
-  live: list[int] = []
-  with concurrent.futures.ThreadPoolExecutor(config.step_workers) as executor:
-    resets = [executor.submit(env.reset, seed) for env, seed in zip(envs, seeds)]
-    for i, future in enumerate(resets):
-      traj = Trajectory([], [], [], [], [], [], group=groups[i], meta={"hinted": hints[i] is not None})
-      trajectories.append(traj)
-      stream = ChatStream(tokenizer, config.system_prompt, config.reply_prefix)
-      streams.append(stream)
-      try:
-        obs, _info = future.result()
-      except Exception as err:  # noqa: BLE001
-        traj.truncated, traj.meta["error"] = True, f"reset failed: {err}"
-        continue
-      traj.observations.append(obs)
-      prompt = stream.first_turn(format_observation(obs, hints[i]))
-      traj.tokens.extend(prompt)
-      traj.loss_mask.extend([0] * len(prompt))
-      traj.behaviour_logprobs.extend([0.0] * len(prompt))
-      live.append(i)
+    trajectories: list[Trajectory] = []
+    streams: list[ChatStream] = []
+    live: list[int] = []
+    with concurrent.futures.ThreadPoolExecutor(config.step_workers) as executor:
+        resets = [executor.submit(env.reset, seed) for env, seed in zip(envs, seeds)]
+        for i, future in enumerate(resets):
+            traj = Trajectory([], [], [], [], [], [], group=groups[i], meta={"hinted": hints[i] is not None})
+            trajectories.append(traj)
+            stream = ChatStream(tokenizer, config.system_prompt, config.reply_prefix)
+            streams.append(stream)
+            try:
+                obs, _info = future.result()
+            except Exception as err:  # noqa: BLE001
+                traj.truncated, traj.meta["error"] = True, f"reset failed: {err}"
+                continue
+            traj.observations.append(obs)
+            prompt = stream.first_turn(format_observation(obs, hints[i]))
+            traj.tokens.extend(prompt)
+            traj.loss_mask.extend([0] * len(prompt))
+            traj.behaviour_logprobs.extend([0.0] * len(prompt))
+            live.append(i)
 
-    for _turn in range(config.max_turns):
-      for i in live:
-        if len(trajectories[i].tokens) >= config.max_context_tokens:  # out of context: cut
-          trajectories[i].truncated = trajectories[i].cut_by_context = True
-      live = [i for i in live if not trajectories[i].cut_by_context]
-      if not live:
-        break
-      replies = generate([trajectories[i].tokens for i in live])
-      actions = []
-      for i, reply in zip(live, replies):
+        for _turn in range(config.max_turns):
+            for i in live:
+                if len(trajectories[i].tokens) >= config.max_context_tokens:  # out of context: cut
+                    trajectories[i].truncated = trajectories[i].cut_by_context = True
+            live = [i for i in live if not trajectories[i].cut_by_context]
+            if not live:
+                break
+            replies = generate([trajectories[i].tokens for i in live])
+            actions = []
+            for i, reply in zip(live, replies):
+                traj = trajectories[i]
+                traj.tokens.extend(reply.tokens)
+                traj.loss_mask.extend([1] * len(reply.tokens))
+                traj.behaviour_logprobs.extend(reply.logprobs)
+                action = config.reply_prefix + tokenizer.decode(reply.tokens, skip_special_tokens=True)
+                traj.actions.append(action)
+                actions.append(action)
+            results = _step_all(executor, [envs[i] for i in live], actions)
+            still_live = []
+            for i, reply, result in zip(live, replies, results):
+                traj = trajectories[i]
+                if isinstance(result, Exception):
+                    traj.truncated, traj.meta["error"] = True, f"step failed: {result}"
+                    continue
+                obs, reward, terminated, truncated, _info = result
+                reward = float(reward)
+                traj.rewards.append(reward if math.isfinite(reward) else 0.0)
+                traj.observations.append(obs)
+                if terminated or truncated:
+                    traj.terminated, traj.truncated = bool(terminated), bool(truncated) and not terminated
+                    continue
+                follow = streams[i].next_turn(reply.tokens, format_observation(obs, None))
+                traj.tokens.extend(follow)
+                traj.loss_mask.extend([0] * len(follow))
+                traj.behaviour_logprobs.extend([0.0] * len(follow))
+                still_live.append(i)
+            live = still_live
+
+    for i in live:  # out of turns or out of context
         traj = trajectories[i]
-        traj.tokens.extend(reply.tokens)
-        traj.loss_mask.extend([1] * len(reply.tokens))
-        traj.behaviour_logprobs.extend(reply.logprobs)
-        action = config.reply_prefix + tokenizer.decode(reply.tokens, skip_special_tokens=True)
-        traj.actions.append(action)
-        actions.append(action)
-      results = _step_all(executor, [envs[i] for i in live], actions)
-      still_live = []
-      for i, reply, result in zip(live, replies, results):
-        traj = trajectories[i]
-        if isinstance(result, Exception):
-          traj.truncated, traj.meta["error"] = True, f"step failed: {result}"
-          continue
-        obs, reward, terminated, truncated, _info = result
-        reward = float(reward)
-        traj.rewards.append(reward if math.isfinite(reward) else 0.0)
-        traj.observations.append(obs)
-        if terminated or truncated:
-          traj.terminated, traj.truncated = bool(terminated), bool(truncated) and not terminated
-          continue
-        follow = streams[i].next_turn(reply.tokens, format_observation(obs, None))
-        traj.tokens.extend(follow)
-        traj.loss_mask.extend([0] * len(follow))
-        traj.behaviour_logprobs.extend([0.0] * len(follow))
-        still_live.append(i)
-      live = still_live
-
-  for i in live:  # out of turns or out of context
-    traj = trajectories[i]
-    traj.truncated = True
-    traj.cut_by_context = len(traj.tokens) >= config.max_context_tokens
-  for traj in trajectories:
-    if len(traj.tokens) > config.max_context_tokens:
-      keep = config.max_context_tokens
-      traj.tokens, traj.loss_mask = traj.tokens[:keep], traj.loss_mask[:keep]
-      traj.behaviour_logprobs = traj.behaviour_logprobs[:keep]
-      traj.cut_by_context = True
-    if traj.truncated and not config.loss_on_truncated:
-      traj.loss_mask = [0] * len(traj.loss_mask)
-  return trajectories
+        traj.truncated = True
+        traj.cut_by_context = len(traj.tokens) >= config.max_context_tokens
+    for traj in trajectories:
+        if len(traj.tokens) > config.max_context_tokens:
+            keep = config.max_context_tokens
+            traj.tokens, traj.loss_mask = traj.tokens[:keep], traj.loss_mask[:keep]
+            traj.behaviour_logprobs = traj.behaviour_logprobs[:keep]
+            traj.cut_by_context = True
+        if traj.truncated and not config.loss_on_truncated:
+            traj.loss_mask = [0] * len(traj.loss_mask)
+    return trajectories

@@ -37,487 +37,487 @@ log = logging.getLogger("spade_jax.selfplay")
 
 @dataclasses.dataclass
 class PoolEnv:
-  """One environment of the current pool and everything measured on it."""
+    """One environment of the current pool and everything measured on it."""
 
-  env_id: str
-  skill: str
-  origin: str  # "designer", "library" (pool fill or fixed pool), "file"
-  source: str | None
-  valid: bool
-  errors: list[str] = dataclasses.field(default_factory=list)
-  backend: str | None = None
-  hint: str | None = None
-  r_hint: float = float("nan")  # mean hinted episode reward at the regeneration step
-  r_nohint: float = float("nan")  # mean unhinted episode reward at the regeneration step
-  r_hint_max: float = float("nan")
-  hung: bool = False
-  wins: list[float] = dataclasses.field(default_factory=list)  # per-iteration win rates, no hint
-  designer_sample: dict | None = None  # prompt/completion tokens and logprobs of the designer
-  plr_slot: int = -1  # slot in the PLR buffer when this environment is a replay
+    env_id: str
+    skill: str
+    origin: str  # "designer", "library" (pool fill or fixed pool), "file"
+    source: str | None
+    valid: bool
+    errors: list[str] = dataclasses.field(default_factory=list)
+    backend: str | None = None
+    hint: str | None = None
+    r_hint: float = float("nan")  # mean hinted episode reward at the regeneration step
+    r_nohint: float = float("nan")  # mean unhinted episode reward at the regeneration step
+    r_hint_max: float = float("nan")
+    hung: bool = False
+    wins: list[float] = dataclasses.field(default_factory=list)  # per-iteration win rates, no hint
+    designer_sample: dict | None = None  # prompt/completion tokens and logprobs of the designer
+    plr_slot: int = -1  # slot in the PLR buffer when this environment is a replay
 
-  @property
-  def win_rate(self) -> float:
-    return float(np.mean(self.wins)) if self.wins else float("nan")
+    @property
+    def win_rate(self) -> float:
+        return float(np.mean(self.wins)) if self.wins else float("nan")
 
-  def to_json(self) -> dict:
-    return dataclasses.asdict(self)
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
 
 
 def generations_of(result) -> list[Generation]:
-  return [
-      Generation(tokens, logprobs, reason)
-      for tokens, logprobs, reason in zip(result.tokens, result.logprobs, result.finish_reasons)
-  ]
+    return [
+        Generation(tokens, logprobs, reason)
+        for tokens, logprobs, reason in zip(result.tokens, result.logprobs, result.finish_reasons)
+    ]
 
 
 class SelfPlay:
-  """Runs SPADE (or the fixed-pool baseline) for `config.iterations` iterations."""
+    """Runs SPADE (or the fixed-pool baseline) for `config.iterations` iterations."""
 
-  def __init__(self, config, policy, learner, archive, timer):
-    self.cfg, self.policy, self.learner = config, policy, learner
-    self.archive, self.timer = archive, timer  # logging.EnvArchive and logging.PhaseTimer
-    self.rng = np.random.default_rng(config.seed)
-    rollout = config.rollout
-    if rollout.system_prompt is None:  # the agent's own prompt unless the config gives one
-      rollout = dataclasses.replace(rollout, system_prompt=roles.AGENT_SYSTEM)
-    self.rollout = rollout
-    self.memory = EnvMemory.from_config(config.curriculum)
-    self.corpus = load_corpus(config.corpus)
-    self.pool: list[PoolEnv] = []
-    self._compiled: dict = {}  # source sha256 -> envs.compile.CompiledEnv
-    c = config.curriculum
-    self.plr = plr.plr_init(c.plr_capacity) if c.plr else None  # replay buffer (beyond SPADE)
-    self.plr_levels: list[dict] = []  # PLR level id -> {"source", "skill"}
-    self.envs_made = 0
-    self.iteration = 0
+    def __init__(self, config, policy, learner, archive, timer):
+        self.cfg, self.policy, self.learner = config, policy, learner
+        self.archive, self.timer = archive, timer  # logging.EnvArchive and logging.PhaseTimer
+        self.rng = np.random.default_rng(config.seed)
+        rollout = config.rollout
+        if rollout.system_prompt is None:  # the agent's own prompt unless the config gives one
+            rollout = dataclasses.replace(rollout, system_prompt=roles.AGENT_SYSTEM)
+        self.rollout = rollout
+        self.memory = EnvMemory.from_config(config.curriculum)
+        self.corpus = load_corpus(config.corpus)
+        self.pool: list[PoolEnv] = []
+        self._compiled: dict = {}  # source sha256 -> envs.compile.CompiledEnv
+        c = config.curriculum
+        self.plr = plr.plr_init(c.plr_capacity) if c.plr else None  # replay buffer (beyond SPADE)
+        self.plr_levels: list[dict] = []  # PLR level id -> {"source", "skill"}
+        self.envs_made = 0
+        self.iteration = 0
 
-  # -- trainer state for checkpoints ---------------------------------------------------------------
+    # -- trainer state for checkpoints ---------------------------------------------------------------
 
-  def state_dict(self) -> dict:
-    return {
-        "iteration": self.iteration,
-        "envs_made": self.envs_made,
-        "pool": [e.to_json() for e in self.pool],
-        "memory": self.memory.state_dict(),
-        "rng": self.rng.bit_generator.state,
-        "plr": None if self.plr is None else {k: np.asarray(v).tolist() for k, v in vars(self.plr).items()},
-        "plr_levels": self.plr_levels,
-    }
+    def state_dict(self) -> dict:
+        return {
+            "iteration": self.iteration,
+            "envs_made": self.envs_made,
+            "pool": [e.to_json() for e in self.pool],
+            "memory": self.memory.state_dict(),
+            "rng": self.rng.bit_generator.state,
+            "plr": None if self.plr is None else {k: np.asarray(v).tolist() for k, v in vars(self.plr).items()},
+            "plr_levels": self.plr_levels,
+        }
 
-  def load_state_dict(self, state: dict) -> None:
-    self.iteration, self.envs_made = state["iteration"], state["envs_made"]
-    self.pool = [PoolEnv(**e) for e in state["pool"]]
-    self.memory = EnvMemory.from_state_dict(state["memory"])
-    self.rng.bit_generator.state = state["rng"]
-    if state.get("plr") is not None:
-      dtypes = {"scores": np.float32}
-      self.plr = plr.PLRState(**{k: jnp.asarray(v, dtypes.get(k, np.int32)) for k, v in state["plr"].items()})
-      self.plr_levels = state["plr_levels"]
+    def load_state_dict(self, state: dict) -> None:
+        self.iteration, self.envs_made = state["iteration"], state["envs_made"]
+        self.pool = [PoolEnv(**e) for e in state["pool"]]
+        self.memory = EnvMemory.from_state_dict(state["memory"])
+        self.rng.bit_generator.state = state["rng"]
+        if state.get("plr") is not None:
+            dtypes = {"scores": np.float32}
+            self.plr = plr.PLRState(**{k: jnp.asarray(v, dtypes.get(k, np.int32)) for k, v in state["plr"].items()})
+            self.plr_levels = state["plr_levels"]
 
-  # -- phases -------------------------------------------------------------------------------------
+    # -- phases -------------------------------------------------------------------------------------
 
-  def _new_id(self, prefix: str) -> str:
-    self.envs_made += 1
-    return f"{prefix}{self.envs_made:05d}"
+    def _new_id(self, prefix: str) -> str:
+        self.envs_made += 1
+        return f"{prefix}{self.envs_made:05d}"
 
-  def design_pool(self) -> list[PoolEnv]:
-    """The designer writes `pool_size` programs over this regeneration's skills; each is validated."""
-    cfg = self.cfg
-    regen_index = self.iteration // cfg.regen_interval
-    skills = skills_for_regeneration(regen_index, cfg.curriculum.skills_per_regen)
-    requests = [
-        roles.design_request(
-            self.rng, skills[i % len(skills)], self.corpus, self.memory if cfg.use_memory else None,
-            cfg=cfg.roles, positives=cfg.curriculum.positives, negatives=cfg.curriculum.negatives,
-        )
-        for i in range(cfg.pool_size)
-    ]
-    prompts = [self.policy.chat_tokens(r.messages) for r in requests]
-    # Tune replies are a few assignments: they are sampled in their own batch with a small budget.
-    budget_of = {"tune": min(cfg.roles.tune_max_new_tokens, cfg.designer_sampling.max_new_tokens)}
-    budgets = [budget_of.get(r.mode, cfg.designer_sampling.max_new_tokens) for r in requests]
-    rows: list = [None] * len(requests)  # (prompt length used, tokens, logprobs, text) per request
-    for budget in sorted(set(budgets)):
-      picked = [i for i, b in enumerate(budgets) if b == budget]
-      sampling = dataclasses.replace(cfg.designer_sampling, max_new_tokens=budget)
-      with self._phase("designer"):
-        part = self.policy.generate([prompts[i] for i in picked], sampling, self._key("designer"))
-      for j, i in enumerate(picked):
-        rows[i] = (part.prompt_lengths[j], part.tokens[j], part.logprobs[j], part.texts[j])
-    texts = [row[3] for row in rows]
-    pool = []
-    for request, prompt, (used, tokens, logprobs, text) in zip(requests, prompts, rows):
-      source, rejected = roles.designer_program(request, text)  # a tune reply is applied to its base
-      env = PoolEnv(self._new_id("env"), request.skill, "designer", source, False)
-      with self._phase("validation"):
-        env = self.check(env) if rejected is None else dataclasses.replace(env, errors=[rejected])
-      # The prompt as the sampler saw it (Policy.generate keeps the tail of an over-long prompt).
-      env.designer_sample = {"prompt": prompt[len(prompt) - used:], "tokens": tokens, "logprobs": logprobs}
-      pool.append(env)
-    if cfg.roles.repair:
-      self.repair([e for e in pool if not e.valid and e.source])
-    for env, request, text in zip(pool, requests, texts):
-      self.archive.add(env.source or text, {
-          "env_id": env.env_id, "iteration": self.iteration, "skill": env.skill, "mode": request.mode,
-          "base": request.base_name, "valid": env.valid, "backend": env.backend, "errors": env.errors,
-          "origin": env.origin,
-      })
-    return pool
+    def design_pool(self) -> list[PoolEnv]:
+        """The designer writes `pool_size` programs over this regeneration's skills; each is validated."""
+        cfg = self.cfg
+        regen_index = self.iteration // cfg.regen_interval
+        skills = skills_for_regeneration(regen_index, cfg.curriculum.skills_per_regen)
+        requests = [
+            roles.design_request(
+                self.rng, skills[i % len(skills)], self.corpus, self.memory if cfg.use_memory else None,
+                cfg=cfg.roles, positives=cfg.curriculum.positives, negatives=cfg.curriculum.negatives,
+            )
+            for i in range(cfg.pool_size)
+        ]
+        prompts = [self.policy.chat_tokens(r.messages) for r in requests]
+        # Tune replies are a few assignments: they are sampled in their own batch with a small budget.
+        budget_of = {"tune": min(cfg.roles.tune_max_new_tokens, cfg.designer_sampling.max_new_tokens)}
+        budgets = [budget_of.get(r.mode, cfg.designer_sampling.max_new_tokens) for r in requests]
+        rows: list = [None] * len(requests)  # (prompt length used, tokens, logprobs, text) per request
+        for budget in sorted(set(budgets)):
+            picked = [i for i, b in enumerate(budgets) if b == budget]
+            sampling = dataclasses.replace(cfg.designer_sampling, max_new_tokens=budget)
+            with self._phase("designer"):
+                part = self.policy.generate([prompts[i] for i in picked], sampling, self._key("designer"))
+            for j, i in enumerate(picked):
+                rows[i] = (part.prompt_lengths[j], part.tokens[j], part.logprobs[j], part.texts[j])
+        texts = [row[3] for row in rows]
+        pool = []
+        for request, prompt, (used, tokens, logprobs, text) in zip(requests, prompts, rows):
+            source, rejected = roles.designer_program(request, text)  # a tune reply is applied to its base
+            env = PoolEnv(self._new_id("env"), request.skill, "designer", source, False)
+            with self._phase("validation"):
+                env = self.check(env) if rejected is None else dataclasses.replace(env, errors=[rejected])
+            # The prompt as the sampler saw it (Policy.generate keeps the tail of an over-long prompt).
+            env.designer_sample = {"prompt": prompt[len(prompt) - used:], "tokens": tokens, "logprobs": logprobs}
+            pool.append(env)
+        if cfg.roles.repair:
+            self.repair([e for e in pool if not e.valid and e.source])
+        for env, request, text in zip(pool, requests, texts):
+            self.archive.add(env.source or text, {
+                "env_id": env.env_id, "iteration": self.iteration, "skill": env.skill, "mode": request.mode,
+                "base": request.base_name, "valid": env.valid, "backend": env.backend, "errors": env.errors,
+                "origin": env.origin,
+            })
+        return pool
 
-  def check(self, env: PoolEnv) -> PoolEnv:
-    """Validates the program in the sandbox, then picks its backend (JAX where it fits and matches
-    the program step for step, else the sandbox) and records both."""
-    if not env.source:
-      env.valid, env.errors = False, ["no Python code block found in the designer's reply"]
-      return env
-    verdict = validate(env.source, config=self.cfg.validation, pool=self.learner.sandbox, backend="sandbox")
-    env.valid, env.errors = verdict.valid, list(verdict.errors)
-    env.hung = any("did not return within" in e for e in verdict.errors)  # a hung call (SPADE: -0.5)
-    if env.valid:
-      try:
-        env.backend = self.compiled(env).backend
-      except (ProgramError, ValueError) as err:  # backend="jax" asked for a program outside the subset
-        env.valid, env.errors = False, [str(err)]
-    return env
-
-  def repair(self, envs: list[PoolEnv]) -> None:
-    """One batched repair turn: a valid repaired program feeds the agent; the designer is still
-    scored on what it first wrote (its sample is kept unchanged)."""
-    if not envs:
-      return
-    prompts = [self.policy.chat_tokens(roles.repair_prompt(e.source, e.errors, self.cfg.roles)) for e in envs]
-    with self._phase("designer"):
-      result = self.policy.generate(prompts, self.cfg.designer_sampling, self._key("repair"))
-    for env, text in zip(envs, result.texts):
-      repaired = roles.parse_designer_output(text)
-      if not repaired:
-        continue
-      with self._phase("validation"):
-        trial = self.check(PoolEnv(env.env_id, env.skill, env.origin, repaired, False))
-      if trial.valid:
-        env.source, env.backend, env.errors = repaired, trial.backend, []
-        env.valid, env.origin = True, "designer-repaired"
-
-  def fill_from_library(self, pool: list[PoolEnv]) -> list[PoolEnv]:
-    """Tops the pool up with library environments so the agent always has `min_valid_envs` to play."""
-    from spade_jax.envs.library import library_programs  # noqa: PLC0415
-
-    valid = sum(e.valid for e in pool)
-    programs = library_programs()
-    order = self.rng.permutation(len(programs))
-    for idx in order[: max(0, self.cfg.min_valid_envs - valid)]:
-      program = programs[idx]
-      env = PoolEnv(f"lib-{program.name}", program.skill, "library", program.source, True, backend=None)
-      pool.append(self.check(env))
-    return pool
-
-  def write_hints(self) -> None:
-    envs = [e for e in self.pool if e.valid]
-    if not envs:
-      return
-    prompts = [self.policy.chat_tokens(roles.hint_prompt(e.source, self.cfg.roles)) for e in envs]
-    result = self.policy.generate(prompts, self.cfg.hint_sampling, self._key("hint"))
-    for env, text in zip(envs, result.texts):
-      env.hint = roles.parse_hint(text, self.cfg.roles.max_hint_sentences) or None
-
-  def play(self, hinted: bool) -> list:
-    """G plays of every valid environment without the hint (and G with it when `hinted`)."""
-    cfg = self.cfg
-    jobs = []  # (pool env, arm, seed)
-    for env in self.pool:
-      if not env.valid:
-        continue
-      arms = ("nohint", "hint") if hinted and env.hint else ("nohint",)
-      for arm in arms:
-        for g in range(cfg.group_size):
-          jobs.append((env, arm, int(self.rng.integers(2**31))))
-    trajectories = []
-    if cfg.play_loop == "device":
-      trajectories, jobs = self._play_on_device(jobs)
-    for start in range(0, len(jobs), cfg.max_parallel_episodes):
-      chunk = jobs[start : start + cfg.max_parallel_episodes]
-      instances = []
-      for env, _, _ in chunk:
-        try:
-          instances.append(self.compiled(env).make())
-        except (ProgramError, ValueError, RuntimeError, OSError) as err:
-          instances.append(_BrokenEnv(str(err)))
-      try:
-        trajectories += play_episodes(
-            instances, [seed for _, _, seed in chunk], self._agent_generate, self.policy.tokenizer,
-            self.rollout, hints=[env.hint if arm == "hint" else None for env, arm, _ in chunk],
-            groups=[(env.env_id, arm) for env, arm, _ in chunk],
-            format_observation=roles.with_hint,
-        )
-      finally:
-        for instance in instances:
-          close = getattr(instance, "close", None)
-          if close:
+    def check(self, env: PoolEnv) -> PoolEnv:
+        """Validates the program in the sandbox, then picks its backend (JAX where it fits and matches
+        the program step for step, else the sandbox) and records both."""
+        if not env.source:
+            env.valid, env.errors = False, ["no Python code block found in the designer's reply"]
+            return env
+        verdict = validate(env.source, config=self.cfg.validation, pool=self.learner.sandbox, backend="sandbox")
+        env.valid, env.errors = verdict.valid, list(verdict.errors)
+        env.hung = any("did not return within" in e for e in verdict.errors)  # a hung call (SPADE: -0.5)
+        if env.valid:
             try:
-              close()
-            except Exception:  # noqa: BLE001 (closing a crashed env must not end the run)
-              pass
-    return trajectories
+                env.backend = self.compiled(env).backend
+            except (ProgramError, ValueError) as err:  # backend="jax" asked for a program outside the subset
+                env.valid, env.errors = False, [str(err)]
+        return env
 
-  def _play_on_device(self, jobs):
-    """Plays the jobs of JAX-backend environments in the compiled device loop, one call per
-    environment; returns their trajectories and the jobs left for the host loop."""
-    by_env: dict = {}
-    rest = []
-    for job in jobs:
-      try:
-        compiled = self.compiled(job[0])
-      except (ProgramError, ValueError, RuntimeError, OSError):
-        compiled = None  # the host loop reports the error in the trajectory
-      if compiled is not None and compiled.backend == "jax":
-        by_env.setdefault(job[0].env_id, (compiled, []))[1].append(job)
-      else:
-        rest.append(job)
-    trajectories = []
-    for compiled, env_jobs in by_env.values():
-      trajectories += play_episodes_device(
-          compiled.transpiled, [seed for _, _, seed in env_jobs], self.policy.model, self.policy.tokenizer,
-          self.cfg.agent_sampling, self.rollout, self._key("agent"),
-          hints=[env.hint if arm == "hint" else None for env, arm, _ in env_jobs],
-          groups=[(env.env_id, arm) for env, arm, _ in env_jobs],
-      )
-    return trajectories, rest
+    def repair(self, envs: list[PoolEnv]) -> None:
+        """One batched repair turn: a valid repaired program feeds the agent; the designer is still
+        scored on what it first wrote (its sample is kept unchanged)."""
+        if not envs:
+            return
+        prompts = [self.policy.chat_tokens(roles.repair_prompt(e.source, e.errors, self.cfg.roles)) for e in envs]
+        with self._phase("designer"):
+            result = self.policy.generate(prompts, self.cfg.designer_sampling, self._key("repair"))
+        for env, text in zip(envs, result.texts):
+            repaired = roles.parse_designer_output(text)
+            if not repaired:
+                continue
+            with self._phase("validation"):
+                trial = self.check(PoolEnv(env.env_id, env.skill, env.origin, repaired, False))
+            if trial.valid:
+                env.source, env.backend, env.errors = repaired, trial.backend, []
+                env.valid, env.origin = True, "designer-repaired"
 
-  def compiled(self, env: PoolEnv):
-    """The runnable form of a program, built once per distinct source (transpiling and the JAX
-    equivalence check are the expensive part of admitting an environment)."""
-    key = hashlib.sha256(env.source.encode()).hexdigest()
-    if key not in self._compiled:
-      self._compiled[key] = compile_env(env.source, self.cfg.backend, pool=self.learner.sandbox)
-    return self._compiled[key]
+    def fill_from_library(self, pool: list[PoolEnv]) -> list[PoolEnv]:
+        """Tops the pool up with library environments so the agent always has `min_valid_envs` to play."""
+        from spade_jax.envs.library import library_programs  # noqa: PLC0415
 
-  def _agent_generate(self, prompts):
-    return generations_of(self.policy.generate(prompts, self.cfg.agent_sampling, self._key("agent")))
+        valid = sum(e.valid for e in pool)
+        programs = library_programs()
+        order = self.rng.permutation(len(programs))
+        for idx in order[: max(0, self.cfg.min_valid_envs - valid)]:
+            program = programs[idx]
+            env = PoolEnv(f"lib-{program.name}", program.skill, "library", program.source, True, backend=None)
+            pool.append(self.check(env))
+        return pool
 
-  def _phase(self, name: str):
-    return self.timer.phase(name) if self.timer is not None else contextlib.nullcontext()
+    def write_hints(self) -> None:
+        envs = [e for e in self.pool if e.valid]
+        if not envs:
+            return
+        prompts = [self.policy.chat_tokens(roles.hint_prompt(e.source, self.cfg.roles)) for e in envs]
+        result = self.policy.generate(prompts, self.cfg.hint_sampling, self._key("hint"))
+        for env, text in zip(envs, result.texts):
+            env.hint = roles.parse_hint(text, self.cfg.roles.max_hint_sentences) or None
 
-  def _key(self, what: str):
-    return jax.random.key(int(self.rng.integers(2**31)))
-
-  # -- scoring ------------------------------------------------------------------------------------
-
-  def measure(self, trajectories, hinted: bool) -> dict:
-    by_env = {e.env_id: e for e in self.pool}
-    rewards: dict = {}
-    for traj in trajectories:
-      rewards.setdefault(traj.group, []).append(traj)
-    for (env_id, arm), trajs in rewards.items():
-      env = by_env[env_id]
-      mean = float(np.mean([t.episode_reward for t in trajs]))
-      if arm == "nohint":
-        env.wins.append(float(np.mean([t.won for t in trajs])))
-        if hinted:
-          env.r_nohint = mean
-      else:
-        env.r_hint, env.r_hint_max = mean, float(max(t.episode_reward for t in trajs))
-    played = [t for t in trajectories if t.group[1] == "nohint"]
-    out = {
-        "agent/win_rate": float(np.mean([t.won for t in played])) if played else float("nan"),
-        "agent/episodes": len(trajectories),
-        "agent/mean_turns": float(np.mean([len(t.actions) for t in trajectories])) if trajectories else 0.0,
-        "agent/boxed_share": float(np.mean([boxed_share(t) for t in trajectories])) if trajectories else 0.0,
-        "agent/truncated_share": float(np.mean([t.truncated for t in trajectories])) if trajectories else 0.0,
-    }
-    if hinted:
-      regrets = [e.r_hint - e.r_nohint for e in self.pool if e.valid and not math.isnan(e.r_hint)]
-      out["designer/regret_mean"] = float(np.mean(regrets)) if regrets else 0.0
-    return out
-
-  def agent_samples(self, trajectories) -> list[Sample]:
-    estimator = get_advantage_estimator(self.cfg.rl.agent_advantage)
-    trajectories = [t for t in trajectories if self.cfg.train_on_hinted or t.group[1] == "nohint"]
-    if not trajectories:
-      return []
-    groups = {g: i for i, g in enumerate(dict.fromkeys(t.group for t in trajectories))}
-    bonus = self.cfg.rl.format_bonus
-    rewards = np.array([t.episode_reward + bonus * boxed_share(t) for t in trajectories], np.float32)
-    advantages = np.asarray(estimator(rewards, np.array([groups[t.group] for t in trajectories])))
-    return [
-        Sample(t.tokens, t.loss_mask, t.behaviour_logprobs, float(a), AGENT)
-        for t, a in zip(trajectories, advantages)
-        if t.trainable and a != 0.0
-    ]
-
-  def remember_pool(self) -> None:
-    """SPADE's memory keeps every designed environment with its regret, win rate and skill; the
-    PLR buffer (when on) takes them with their replay score, and rescores the replayed ones."""
-    for env in self.pool:
-      if env.valid and env.source and env.origin.startswith("designer") and self.cfg.use_memory:
-        self.memory.add(EnvRecord(
-            env.env_id, env.source, env.skill, env.r_hint - env.r_nohint, env.win_rate, True,
-            self.iteration - self.cfg.regen_interval,
-        ))
-    if self.plr is None:
-      return
-    c = self.cfg.curriculum
-    for env in self.pool:
-      if not (env.valid and env.source and (env.origin.startswith("designer") or env.plr_slot >= 0)):
-        continue
-      inputs = ScoreInputs(
-          r_hint=np.nan_to_num([env.r_hint]), r_nohint=np.nan_to_num([env.r_nohint]),
-          win_rate=np.nan_to_num([env.win_rate]), r_hint_max=np.nan_to_num([env.r_hint_max]),
-          win_rate_history=np.array([_pad(env.wins, self.cfg.regen_interval)]),
-      )
-      score = float(np.asarray(DESIGNER_SCORES[c.plr_score](inputs, c))[0])
-      if env.plr_slot >= 0:
-        self.plr = plr.update_scores(self.plr, [env.plr_slot], [score])
-      else:
-        self.plr_levels.append({"source": env.source, "skill": env.skill})
-        self.plr, _ = plr.insert(self.plr, len(self.plr_levels) - 1, score)
-
-  def replay_envs(self) -> list[PoolEnv]:
-    """PLR: each pool slot is, with probability plr_replay_prob, a replay of a high-scoring past
-    environment (rank and staleness prioritised) once the buffer is filled enough."""
-    c = self.cfg.curriculum
-    if self.plr is None or not bool(plr.should_replay(self._key("plr"), self.plr, 1.0, c.plr_min_fill)):
-      return []
-    n = min(int(self.rng.binomial(self.cfg.pool_size, c.plr_replay_prob)), int(self.plr.size))
-    if n == 0:
-      return []
-    self.plr, slots, level_ids = plr.sample_replay(self._key("plr"), self.plr, n, c.plr_temperature, c.plr_staleness)
-    envs = []
-    for slot, level_id in zip(np.asarray(slots).tolist(), np.asarray(level_ids).tolist()):
-      level = self.plr_levels[level_id]
-      env = PoolEnv(self._new_id("replay"), level["skill"], "replay", level["source"], False, plr_slot=slot)
-      envs.append(self.check(env))
-    return envs
-
-  def score_pool(self, agent_sample_count: int) -> tuple[list[Sample], dict]:
-    """The delayed designer update for the pool written `regen_interval` iterations ago."""
-    designed = [e for e in self.pool if e.designer_sample is not None]
-    if not designed:
-      return [], {}
-    c = self.cfg.curriculum
-    inputs = ScoreInputs(
-        r_hint=np.nan_to_num([e.r_hint for e in designed]),
-        r_nohint=np.nan_to_num([e.r_nohint for e in designed]),
-        win_rate=np.nan_to_num([e.win_rate for e in designed]),
-        valid=np.array([e.valid for e in designed]),
-        hung=np.array([e.hung for e in designed]),
-        r_hint_max=np.nan_to_num([e.r_hint_max for e in designed]),
-        win_rate_history=np.array([_pad(e.wins, self.cfg.regen_interval) for e in designed]),
-    )
-    scores = np.asarray(designer_scores(inputs, c))
-    advantages = designer_advantages(
-        scores, [e.skill for e in designed], max(agent_sample_count, 1), len(designed),
-        self.cfg.regen_interval, c.max_designer_scale,
-        include=None if c.invalid_in_baseline else np.array([e.valid for e in designed]),
-    )
-    samples = []
-    for env, score, adv in zip(designed, scores, advantages):
-      self.archive.update(env.env_id, score=float(score), regret=_finite(env.r_hint - env.r_nohint),
-                           win_rate=_finite(env.win_rate), hint=env.hint)
-      if env.env_id in self.memory:
-        self.memory.update(env.env_id, score=float(score))
-      if adv == 0.0:  # no signal (e.g. every design scored alike): as for the agent, not trained on
-        continue
-      d = env.designer_sample
-      samples.append(Sample(
-          d["prompt"] + d["tokens"], [0] * len(d["prompt"]) + [1] * len(d["tokens"]),
-          [0.0] * len(d["prompt"]) + list(d["logprobs"]), float(adv), DESIGNER, stale=True,
-      ))
-    in_band = [c.band_low <= e.win_rate <= c.band_high for e in designed if e.valid]
-    return samples, {
-        "designer/scored": len(designed),
-        "designer/score_mean": float(np.mean(scores)),
-        "curriculum/in_band_share": float(np.mean(in_band)) if in_band else 0.0,
-    }
-
-  # -- one iteration ------------------------------------------------------------------------------
-
-  def step(self) -> dict:
-    cfg, timer = self.cfg, self.timer
-    metrics: dict[str, Any] = {}
-    designer: list[Sample] = []
-    regen = cfg.mode == "selfplay" and self.iteration % cfg.regen_interval == 0
-    if cfg.mode == "fixed_pool" and not self.pool:
-      self.pool = [self.check(e) for e in fixed_pool_envs(cfg.env_pool)]
-      for env in self.pool:
-        if not env.valid:
-          log.warning("env_pool: %s is invalid and left out: %s", env.env_id, "; ".join(env.errors))
-      if not any(e.valid for e in self.pool):
-        raise ValueError(f"env_pool {cfg.env_pool or 'library'}: no valid environment program (see run.log)")
-    if regen and self.pool:  # the previous pool's window is over: remember it, score its designer
-      self.remember_pool()
-      if cfg.train_designer:
-        agent_count = cfg.group_size * max(1, sum(e.valid for e in self.pool)) * cfg.regen_interval
-        designer, score_metrics = self.score_pool(agent_count)
-        metrics.update(score_metrics)
-    if regen:
-      pool = self.design_pool()  # timed as its "designer" (generation) and "validation" phases
-      # Valid as first written (what the designer is rewarded for); repairs are counted apart.
-      metrics["designer/valid_rate"] = float(np.mean([e.valid and e.origin == "designer" for e in pool]))
-      metrics["designer/repaired_rate"] = float(np.mean([e.origin == "designer-repaired" for e in pool]))
-      metrics["designer/programs"] = len(pool)
-      self.pool = self.fill_from_library(pool) + self.replay_envs()
-      with self._phase("validation"):  # top-ups and replays get their backend here, not mid-play
+    def play(self, hinted: bool) -> list:
+        """G plays of every valid environment without the hint (and G with it when `hinted`)."""
+        cfg = self.cfg
+        jobs = []  # (pool env, arm, seed)
         for env in self.pool:
-          try:
-            self.compiled(env)
-          except (ProgramError, ValueError, RuntimeError, OSError):
-            pass  # the plays record the error in each trajectory
-      with timer.phase("hints"):
-        self.write_hints()
-    with timer.phase("plays"):
-      trajectories = self.play(hinted=regen)
-    metrics.update(self.measure(trajectories, hinted=regen))
-    samples = self.agent_samples(trajectories) + designer
-    metrics["agent/samples"] = sum(s.role == AGENT for s in samples)
-    metrics["designer/samples"] = sum(s.role == DESIGNER for s in samples)
-    self.policy.sampler.forget()  # the update invalidates the kept KV cache: free it first
-    with timer.phase("update"):
-      metrics.update(self.learner.update(samples))
-    metrics["memory/size"] = len(self.memory)
-    metrics.update(timer.pop())
-    self.iteration += 1
-    return metrics
+            if not env.valid:
+                continue
+            arms = ("nohint", "hint") if hinted and env.hint else ("nohint",)
+            for arm in arms:
+                for g in range(cfg.group_size):
+                    jobs.append((env, arm, int(self.rng.integers(2**31))))
+        trajectories = []
+        if cfg.play_loop == "device":
+            trajectories, jobs = self._play_on_device(jobs)
+        for start in range(0, len(jobs), cfg.max_parallel_episodes):
+            chunk = jobs[start : start + cfg.max_parallel_episodes]
+            instances = []
+            for env, _, _ in chunk:
+                try:
+                    instances.append(self.compiled(env).make())
+                except (ProgramError, ValueError, RuntimeError, OSError) as err:
+                    instances.append(_BrokenEnv(str(err)))
+            try:
+                trajectories += play_episodes(
+                    instances, [seed for _, _, seed in chunk], self._agent_generate, self.policy.tokenizer,
+                    self.rollout, hints=[env.hint if arm == "hint" else None for env, arm, _ in chunk],
+                    groups=[(env.env_id, arm) for env, arm, _ in chunk],
+                    format_observation=roles.with_hint,
+                )
+            finally:
+                for instance in instances:
+                    close = getattr(instance, "close", None)
+                    if close:
+                        try:
+                            close()
+                        except Exception:  # noqa: BLE001 (closing a crashed env must not end the run)
+                            pass
+        return trajectories
+
+    def _play_on_device(self, jobs):
+        """Plays the jobs of JAX-backend environments in the compiled device loop, one call per
+        environment; returns their trajectories and the jobs left for the host loop."""
+        by_env: dict = {}
+        rest = []
+        for job in jobs:
+            try:
+                compiled = self.compiled(job[0])
+            except (ProgramError, ValueError, RuntimeError, OSError):
+                compiled = None  # the host loop reports the error in the trajectory
+            if compiled is not None and compiled.backend == "jax":
+                by_env.setdefault(job[0].env_id, (compiled, []))[1].append(job)
+            else:
+                rest.append(job)
+        trajectories = []
+        for compiled, env_jobs in by_env.values():
+            trajectories += play_episodes_device(
+                compiled.transpiled, [seed for _, _, seed in env_jobs], self.policy.model, self.policy.tokenizer,
+                self.cfg.agent_sampling, self.rollout, self._key("agent"),
+                hints=[env.hint if arm == "hint" else None for env, arm, _ in env_jobs],
+                groups=[(env.env_id, arm) for env, arm, _ in env_jobs],
+            )
+        return trajectories, rest
+
+    def compiled(self, env: PoolEnv):
+        """The runnable form of a program, built once per distinct source (transpiling and the JAX
+        equivalence check are the expensive part of admitting an environment)."""
+        key = hashlib.sha256(env.source.encode()).hexdigest()
+        if key not in self._compiled:
+            self._compiled[key] = compile_env(env.source, self.cfg.backend, pool=self.learner.sandbox)
+        return self._compiled[key]
+
+    def _agent_generate(self, prompts):
+        return generations_of(self.policy.generate(prompts, self.cfg.agent_sampling, self._key("agent")))
+
+    def _phase(self, name: str):
+        return self.timer.phase(name) if self.timer is not None else contextlib.nullcontext()
+
+    def _key(self, what: str):
+        return jax.random.key(int(self.rng.integers(2**31)))
+
+    # -- scoring ------------------------------------------------------------------------------------
+
+    def measure(self, trajectories, hinted: bool) -> dict:
+        by_env = {e.env_id: e for e in self.pool}
+        rewards: dict = {}
+        for traj in trajectories:
+            rewards.setdefault(traj.group, []).append(traj)
+        for (env_id, arm), trajs in rewards.items():
+            env = by_env[env_id]
+            mean = float(np.mean([t.episode_reward for t in trajs]))
+            if arm == "nohint":
+                env.wins.append(float(np.mean([t.won for t in trajs])))
+                if hinted:
+                    env.r_nohint = mean
+            else:
+                env.r_hint, env.r_hint_max = mean, float(max(t.episode_reward for t in trajs))
+        played = [t for t in trajectories if t.group[1] == "nohint"]
+        out = {
+            "agent/win_rate": float(np.mean([t.won for t in played])) if played else float("nan"),
+            "agent/episodes": len(trajectories),
+            "agent/mean_turns": float(np.mean([len(t.actions) for t in trajectories])) if trajectories else 0.0,
+            "agent/boxed_share": float(np.mean([boxed_share(t) for t in trajectories])) if trajectories else 0.0,
+            "agent/truncated_share": float(np.mean([t.truncated for t in trajectories])) if trajectories else 0.0,
+        }
+        if hinted:
+            regrets = [e.r_hint - e.r_nohint for e in self.pool if e.valid and not math.isnan(e.r_hint)]
+            out["designer/regret_mean"] = float(np.mean(regrets)) if regrets else 0.0
+        return out
+
+    def agent_samples(self, trajectories) -> list[Sample]:
+        estimator = get_advantage_estimator(self.cfg.rl.agent_advantage)
+        trajectories = [t for t in trajectories if self.cfg.train_on_hinted or t.group[1] == "nohint"]
+        if not trajectories:
+            return []
+        groups = {g: i for i, g in enumerate(dict.fromkeys(t.group for t in trajectories))}
+        bonus = self.cfg.rl.format_bonus
+        rewards = np.array([t.episode_reward + bonus * boxed_share(t) for t in trajectories], np.float32)
+        advantages = np.asarray(estimator(rewards, np.array([groups[t.group] for t in trajectories])))
+        return [
+            Sample(t.tokens, t.loss_mask, t.behaviour_logprobs, float(a), AGENT)
+            for t, a in zip(trajectories, advantages)
+            if t.trainable and a != 0.0
+        ]
+
+    def remember_pool(self) -> None:
+        """SPADE's memory keeps every designed environment with its regret, win rate and skill; the
+        PLR buffer (when on) takes them with their replay score, and rescores the replayed ones."""
+        for env in self.pool:
+            if env.valid and env.source and env.origin.startswith("designer") and self.cfg.use_memory:
+                self.memory.add(EnvRecord(
+                    env.env_id, env.source, env.skill, env.r_hint - env.r_nohint, env.win_rate, True,
+                    self.iteration - self.cfg.regen_interval,
+                ))
+        if self.plr is None:
+            return
+        c = self.cfg.curriculum
+        for env in self.pool:
+            if not (env.valid and env.source and (env.origin.startswith("designer") or env.plr_slot >= 0)):
+                continue
+            inputs = ScoreInputs(
+                r_hint=np.nan_to_num([env.r_hint]), r_nohint=np.nan_to_num([env.r_nohint]),
+                win_rate=np.nan_to_num([env.win_rate]), r_hint_max=np.nan_to_num([env.r_hint_max]),
+                win_rate_history=np.array([_pad(env.wins, self.cfg.regen_interval)]),
+            )
+            score = float(np.asarray(DESIGNER_SCORES[c.plr_score](inputs, c))[0])
+            if env.plr_slot >= 0:
+                self.plr = plr.update_scores(self.plr, [env.plr_slot], [score])
+            else:
+                self.plr_levels.append({"source": env.source, "skill": env.skill})
+                self.plr, _ = plr.insert(self.plr, len(self.plr_levels) - 1, score)
+
+    def replay_envs(self) -> list[PoolEnv]:
+        """PLR: each pool slot is, with probability plr_replay_prob, a replay of a high-scoring past
+        environment (rank and staleness prioritised) once the buffer is filled enough."""
+        c = self.cfg.curriculum
+        if self.plr is None or not bool(plr.should_replay(self._key("plr"), self.plr, 1.0, c.plr_min_fill)):
+            return []
+        n = min(int(self.rng.binomial(self.cfg.pool_size, c.plr_replay_prob)), int(self.plr.size))
+        if n == 0:
+            return []
+        self.plr, slots, level_ids = plr.sample_replay(self._key("plr"), self.plr, n, c.plr_temperature, c.plr_staleness)
+        envs = []
+        for slot, level_id in zip(np.asarray(slots).tolist(), np.asarray(level_ids).tolist()):
+            level = self.plr_levels[level_id]
+            env = PoolEnv(self._new_id("replay"), level["skill"], "replay", level["source"], False, plr_slot=slot)
+            envs.append(self.check(env))
+        return envs
+
+    def score_pool(self, agent_sample_count: int) -> tuple[list[Sample], dict]:
+        """The delayed designer update for the pool written `regen_interval` iterations ago."""
+        designed = [e for e in self.pool if e.designer_sample is not None]
+        if not designed:
+            return [], {}
+        c = self.cfg.curriculum
+        inputs = ScoreInputs(
+            r_hint=np.nan_to_num([e.r_hint for e in designed]),
+            r_nohint=np.nan_to_num([e.r_nohint for e in designed]),
+            win_rate=np.nan_to_num([e.win_rate for e in designed]),
+            valid=np.array([e.valid for e in designed]),
+            hung=np.array([e.hung for e in designed]),
+            r_hint_max=np.nan_to_num([e.r_hint_max for e in designed]),
+            win_rate_history=np.array([_pad(e.wins, self.cfg.regen_interval) for e in designed]),
+        )
+        scores = np.asarray(designer_scores(inputs, c))
+        advantages = designer_advantages(
+            scores, [e.skill for e in designed], max(agent_sample_count, 1), len(designed),
+            self.cfg.regen_interval, c.max_designer_scale,
+            include=None if c.invalid_in_baseline else np.array([e.valid for e in designed]),
+        )
+        samples = []
+        for env, score, adv in zip(designed, scores, advantages):
+            self.archive.update(env.env_id, score=float(score), regret=_finite(env.r_hint - env.r_nohint),
+                                 win_rate=_finite(env.win_rate), hint=env.hint)
+            if env.env_id in self.memory:
+                self.memory.update(env.env_id, score=float(score))
+            if adv == 0.0:  # no signal (e.g. every design scored alike): as for the agent, not trained on
+                continue
+            d = env.designer_sample
+            samples.append(Sample(
+                d["prompt"] + d["tokens"], [0] * len(d["prompt"]) + [1] * len(d["tokens"]),
+                [0.0] * len(d["prompt"]) + list(d["logprobs"]), float(adv), DESIGNER, stale=True,
+            ))
+        in_band = [c.band_low <= e.win_rate <= c.band_high for e in designed if e.valid]
+        return samples, {
+            "designer/scored": len(designed),
+            "designer/score_mean": float(np.mean(scores)),
+            "curriculum/in_band_share": float(np.mean(in_band)) if in_band else 0.0,
+        }
+
+    # -- one iteration ------------------------------------------------------------------------------
+
+    def step(self) -> dict:
+        cfg, timer = self.cfg, self.timer
+        metrics: dict[str, Any] = {}
+        designer: list[Sample] = []
+        regen = cfg.mode == "selfplay" and self.iteration % cfg.regen_interval == 0
+        if cfg.mode == "fixed_pool" and not self.pool:
+            self.pool = [self.check(e) for e in fixed_pool_envs(cfg.env_pool)]
+            for env in self.pool:
+                if not env.valid:
+                    log.warning("env_pool: %s is invalid and left out: %s", env.env_id, "; ".join(env.errors))
+            if not any(e.valid for e in self.pool):
+                raise ValueError(f"env_pool {cfg.env_pool or 'library'}: no valid environment program (see run.log)")
+        if regen and self.pool:  # the previous pool's window is over: remember it, score its designer
+            self.remember_pool()
+            if cfg.train_designer:
+                agent_count = cfg.group_size * max(1, sum(e.valid for e in self.pool)) * cfg.regen_interval
+                designer, score_metrics = self.score_pool(agent_count)
+                metrics.update(score_metrics)
+        if regen:
+            pool = self.design_pool()  # timed as its "designer" (generation) and "validation" phases
+            # Valid as first written (what the designer is rewarded for); repairs are counted apart.
+            metrics["designer/valid_rate"] = float(np.mean([e.valid and e.origin == "designer" for e in pool]))
+            metrics["designer/repaired_rate"] = float(np.mean([e.origin == "designer-repaired" for e in pool]))
+            metrics["designer/programs"] = len(pool)
+            self.pool = self.fill_from_library(pool) + self.replay_envs()
+            with self._phase("validation"):  # top-ups and replays get their backend here, not mid-play
+                for env in self.pool:
+                    try:
+                        self.compiled(env)
+                    except (ProgramError, ValueError, RuntimeError, OSError):
+                        pass  # the plays record the error in each trajectory
+            with timer.phase("hints"):
+                self.write_hints()
+        with timer.phase("plays"):
+            trajectories = self.play(hinted=regen)
+        metrics.update(self.measure(trajectories, hinted=regen))
+        samples = self.agent_samples(trajectories) + designer
+        metrics["agent/samples"] = sum(s.role == AGENT for s in samples)
+        metrics["designer/samples"] = sum(s.role == DESIGNER for s in samples)
+        self.policy.sampler.forget()  # the update invalidates the kept KV cache: free it first
+        with timer.phase("update"):
+            metrics.update(self.learner.update(samples))
+        metrics["memory/size"] = len(self.memory)
+        metrics.update(timer.pop())
+        self.iteration += 1
+        return metrics
 
 
 def boxed_share(trajectory) -> float:
-  """Share of the agent's replies that hold a complete \\boxed{...} action (0 with no replies)."""
-  if not trajectory.actions:
-    return 0.0
-  return sum(extract_boxed(a) is not None for a in trajectory.actions) / len(trajectory.actions)
+    """Share of the agent's replies that hold a complete \\boxed{...} action (0 with no replies)."""
+    if not trajectory.actions:
+        return 0.0
+    return sum(extract_boxed(a) is not None for a in trajectory.actions) / len(trajectory.actions)
 
 
 def _pad(values: list[float], n: int) -> list[float]:
-  values = list(values)[-n:] or [0.0]
-  return [values[0]] * (n - len(values)) + values
+    values = list(values)[-n:] or [0.0]
+    return [values[0]] * (n - len(values)) + values
 
 
 def _finite(x: float) -> float | None:
-  return None if x is None or not math.isfinite(x) else float(x)
+    return None if x is None or not math.isfinite(x) else float(x)
 
 
 class _BrokenEnv:
-  """Stands in for an environment that could not be started: its episode ends with the error."""
+    """Stands in for an environment that could not be started: its episode ends with the error."""
 
-  def __init__(self, error: str):
-    self.error = error
+    def __init__(self, error: str):
+        self.error = error
 
-  def reset(self, seed=None):
-    raise RuntimeError(self.error)
+    def reset(self, seed=None):
+        raise RuntimeError(self.error)
 
-  def step(self, action):
-    raise RuntimeError(self.error)
+    def step(self, action):
+        raise RuntimeError(self.error)
 
 
 def fixed_pool_envs(env_pool: str | None) -> list[PoolEnv]:
-  """The fixed pool: every `*.py` program in a directory, or the library when none is given."""
-  if not env_pool:
-    from spade_jax.envs.library import library_programs  # noqa: PLC0415
+    """The fixed pool: every `*.py` program in a directory, or the library when none is given."""
+    if not env_pool:
+        from spade_jax.envs.library import library_programs  # noqa: PLC0415
 
-    return [PoolEnv(f"lib-{p.name}", p.skill, "library", p.source, True) for p in library_programs()]
-  root = Path(env_pool)
-  if not root.is_dir():
-    raise FileNotFoundError(f"env_pool {env_pool} is not a directory of environment programs (*.py)")
-  files = sorted(root.glob("*.py"))
-  if not files:
-    raise FileNotFoundError(f"env_pool {env_pool} holds no *.py environment programs")
-  return [PoolEnv(f"file-{f.stem}", "unknown", "file", f.read_text(), True) for f in files]
+        return [PoolEnv(f"lib-{p.name}", p.skill, "library", p.source, True) for p in library_programs()]
+    root = Path(env_pool)
+    if not root.is_dir():
+        raise FileNotFoundError(f"env_pool {env_pool} is not a directory of environment programs (*.py)")
+    files = sorted(root.glob("*.py"))
+    if not files:
+        raise FileNotFoundError(f"env_pool {env_pool} holds no *.py environment programs")
+    return [PoolEnv(f"file-{f.stem}", "unknown", "file", f.read_text(), True) for f in files]

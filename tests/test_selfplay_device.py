@@ -22,32 +22,32 @@ OVERRIDES = ["agent_sampling.temperature=0", "agent_sampling.max_new_tokens=6", 
 
 @pytest.fixture(scope="module")
 def parts():
-  loaded = load_model("tiny", seed=0)
-  pool = SandboxPool(load_config("tiny").sandbox)
-  yield Policy(loaded.model, loaded.tokenizer), types.SimpleNamespace(sandbox=pool)
-  pool.close()
+    loaded = load_model("tiny", seed=0)
+    pool = SandboxPool(load_config("tiny").sandbox)
+    yield Policy(loaded.model, loaded.tokenizer), types.SimpleNamespace(sandbox=pool)
+    pool.close()
 
 
 def _played(play_loop, parts, backends):
-  policy, learner = parts
-  selfplay = SelfPlay(load_config("tiny", [*OVERRIDES, f"play_loop={play_loop}"]), policy, learner, None, None)
-  for name, backend in backends:
-    program = library_program(name)
-    env = PoolEnv(f"lib-{name}", program.skill, "library", program.source, True, hint="think first")
-    # The backend each program gets is fixed here (auto would pick jax for both library programs).
-    selfplay._compiled[hashlib.sha256(env.source.encode()).hexdigest()] = compile_env(
-        env.source, backend, pool=learner.sandbox)
-    selfplay.pool.append(env)
-  return sorted(selfplay.play(hinted=True), key=lambda t: (t.group, t.tokens))
+    policy, learner = parts
+    selfplay = SelfPlay(load_config("tiny", [*OVERRIDES, f"play_loop={play_loop}"]), policy, learner, None, None)
+    for name, backend in backends:
+        program = library_program(name)
+        env = PoolEnv(f"lib-{name}", program.skill, "library", program.source, True, hint="think first")
+        # The backend each program gets is fixed here (auto would pick jax for both library programs).
+        selfplay._compiled[hashlib.sha256(env.source.encode()).hexdigest()] = compile_env(
+            env.source, backend, pool=learner.sandbox)
+        selfplay.pool.append(env)
+    return sorted(selfplay.play(hinted=True), key=lambda t: (t.group, t.tokens))
 
 
 @pytest.mark.slow
 def test_device_loop_plays_jax_envs_like_the_host_loop(parts):
-  backends = [("odd_one_out", "jax"), ("knapsack", "sandbox")]
-  device = _played("device", parts, backends)
-  host = _played("host", parts, backends)
-  assert len(device) == len(host) == 8  # 2 envs x 2 arms x G=2
-  assert [t.group for t in device] == [t.group for t in host]
-  for a, b in zip(device, host):
-    assert a.tokens == b.tokens and a.loss_mask == b.loss_mask
-    assert a.rewards == b.rewards and a.actions == b.actions
+    backends = [("odd_one_out", "jax"), ("knapsack", "sandbox")]
+    device = _played("device", parts, backends)
+    host = _played("host", parts, backends)
+    assert len(device) == len(host) == 8  # 2 envs x 2 arms x G=2
+    assert [t.group for t in device] == [t.group for t in host]
+    for a, b in zip(device, host):
+        assert a.tokens == b.tokens and a.loss_mask == b.loss_mask
+        assert a.rewards == b.rewards and a.actions == b.actions

@@ -155,11 +155,11 @@ HF_REPOS: dict[str, str] = {
 
 
 def get_preset(name: str) -> ModelSpec:
-  """The ModelSpec of preset `name` (case-insensitive); ValueError listing the names otherwise."""
-  key = name.lower()
-  if key not in PRESETS:
-    raise ValueError(f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}")
-  return PRESETS[key]
+    """The ModelSpec of preset `name` (case-insensitive); ValueError listing the names otherwise."""
+    key = name.lower()
+    if key not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[key]
 
 
 def init_decoder(
@@ -172,17 +172,17 @@ def init_decoder(
     mesh: jax.sharding.Mesh | None = None,
     rules=None,
 ) -> Decoder:
-  """A randomly initialised Decoder; with a mesh, each parameter is created directly in its shard."""
-  spec = get_preset(spec) if isinstance(spec, str) else spec
+    """A randomly initialised Decoder; with a mesh, each parameter is created directly in its shard."""
+    spec = get_preset(spec) if isinstance(spec, str) else spec
 
-  def make():
-    # RBG keys: XLA compiles their random draws several times faster than threefry's.
-    rngs = nnx.Rngs(jax.random.key(seed, impl="rbg"))
-    return Decoder(spec, dtype=dtype, param_dtype=param_dtype, rngs=rngs, scan_layers=scan_layers)
+    def make():
+        # RBG keys: XLA compiles their random draws several times faster than threefry's.
+        rngs = nnx.Rngs(jax.random.key(seed, impl="rbg"))
+        return Decoder(spec, dtype=dtype, param_dtype=param_dtype, rngs=rngs, scan_layers=scan_layers)
 
-  # One jitted init: faster than eager per-parameter random draws, and never a host copy.
-  abstract = nnx.eval_shape(make)
-  graphdef = nnx.graphdef(abstract)
-  shardings = None if mesh is None else mesh_lib.param_shardings(abstract, mesh, rules)
-  state = jax.jit(lambda: nnx.state(make()), out_shardings=shardings)()
-  return nnx.merge(graphdef, state)
+    # One jitted init: faster than eager per-parameter random draws, and never a host copy.
+    abstract = nnx.eval_shape(make)
+    graphdef = nnx.graphdef(abstract)
+    shardings = None if mesh is None else mesh_lib.param_shardings(abstract, mesh, rules)
+    state = jax.jit(lambda: nnx.state(make()), out_shardings=shardings)()
+    return nnx.merge(graphdef, state)

@@ -14,22 +14,22 @@ from spade_jax.rl.batch import AGENT, TrainBatch
 
 @dataclasses.dataclass
 class Sample:
-  """One sequence for the update: what was generated (loss_mask) and how good it was (advantage)."""
+    """One sequence for the update: what was generated (loss_mask) and how good it was (advantage)."""
 
-  tokens: list[int]
-  loss_mask: list[int]  # 1 on tokens the policy generated
-  behaviour_logprobs: list[float]  # aligned with tokens
-  advantage: float = 0.0
-  role: int = AGENT  # rl.batch.AGENT or DESIGNER
-  stale: bool = False  # sampled by an older policy (the delayed designer update)
+    tokens: list[int]
+    loss_mask: list[int]  # 1 on tokens the policy generated
+    behaviour_logprobs: list[float]  # aligned with tokens
+    advantage: float = 0.0
+    role: int = AGENT  # rl.batch.AGENT or DESIGNER
+    stale: bool = False  # sampled by an older policy (the delayed designer update)
 
 
 def _round_up(n: int, multiple: int) -> int:
-  return -(-n // multiple) * multiple
+    return -(-n // multiple) * multiple
 
 
 def _next_power_of_two(n: int) -> int:
-  return 1 << max(0, (n - 1).bit_length())
+    return 1 << max(0, (n - 1).bit_length())
 
 
 def collate(
@@ -40,46 +40,46 @@ def collate(
     row_multiple: int = 1,
     pad_id: int = 0,
 ) -> TrainBatch:
-  """Right-pads every sample to a common bucketed length; extra rows are padding with no loss.
+    """Right-pads every sample to a common bucketed length; extra rows are padding with no loss.
 
-  A sample longer than `max_length` is cut from the right (its tail carries no loss then).
-  """
-  if not samples:
-    raise ValueError("collate needs at least one sample")
-  longest = max(len(s.tokens) for s in samples)
-  if max_length is not None:
-    longest = min(longest, max_length)
-  width = _round_up(max(longest, 1), length_multiple)
-  if max_length is not None:
-    width = min(width, max(max_length, 1))
-  # Rows: row_multiple times a power of two, so few distinct shapes compile (and a multiple of
-  # micro-batches x batch shards, as the train step needs).
-  rows = row_multiple * _next_power_of_two(-(-len(samples) // row_multiple))
-  tokens = np.full((rows, width), pad_id, np.int32)
-  valid = np.zeros((rows, width), bool)
-  loss = np.zeros((rows, width), bool)
-  behaviour = np.zeros((rows, width), np.float32)
-  advantages = np.zeros((rows,), np.float32)
-  roles = np.zeros((rows,), np.int32)
-  stale = np.zeros((rows,), bool)
-  for row, sample in enumerate(samples):
-    n = min(len(sample.tokens), width)
-    tokens[row, :n] = sample.tokens[:n]
-    valid[row, :n] = True
-    loss[row, :n] = np.asarray(sample.loss_mask[:n], bool)
-    behaviour[row, :n] = sample.behaviour_logprobs[:n]
-    advantages[row] = sample.advantage
-    roles[row] = sample.role
-    stale[row] = sample.stale
-  loss[:, 0] = False  # the first token is scored by nothing
-  positions = np.broadcast_to(np.arange(width, dtype=np.int32), (rows, width)).copy()
-  return TrainBatch(
-      tokens_bt=tokens,
-      positions_bt=positions,
-      valid_bt=valid,
-      loss_mask_bt=loss,
-      behaviour_logprobs_bt=behaviour,
-      advantages_b=advantages,
-      role_b=roles,
-      is_stale_b=stale,
-  ).check()
+    A sample longer than `max_length` is cut from the right (its tail carries no loss then).
+    """
+    if not samples:
+        raise ValueError("collate needs at least one sample")
+    longest = max(len(s.tokens) for s in samples)
+    if max_length is not None:
+        longest = min(longest, max_length)
+    width = _round_up(max(longest, 1), length_multiple)
+    if max_length is not None:
+        width = min(width, max(max_length, 1))
+    # Rows: row_multiple times a power of two, so few distinct shapes compile (and a multiple of
+    # micro-batches x batch shards, as the train step needs).
+    rows = row_multiple * _next_power_of_two(-(-len(samples) // row_multiple))
+    tokens = np.full((rows, width), pad_id, np.int32)
+    valid = np.zeros((rows, width), bool)
+    loss = np.zeros((rows, width), bool)
+    behaviour = np.zeros((rows, width), np.float32)
+    advantages = np.zeros((rows,), np.float32)
+    roles = np.zeros((rows,), np.int32)
+    stale = np.zeros((rows,), bool)
+    for row, sample in enumerate(samples):
+        n = min(len(sample.tokens), width)
+        tokens[row, :n] = sample.tokens[:n]
+        valid[row, :n] = True
+        loss[row, :n] = np.asarray(sample.loss_mask[:n], bool)
+        behaviour[row, :n] = sample.behaviour_logprobs[:n]
+        advantages[row] = sample.advantage
+        roles[row] = sample.role
+        stale[row] = sample.stale
+    loss[:, 0] = False  # the first token is scored by nothing
+    positions = np.broadcast_to(np.arange(width, dtype=np.int32), (rows, width)).copy()
+    return TrainBatch(
+        tokens_bt=tokens,
+        positions_bt=positions,
+        valid_bt=valid,
+        loss_mask_bt=loss,
+        behaviour_logprobs_bt=behaviour,
+        advantages_b=advantages,
+        role_b=roles,
+        is_stale_b=stale,
+    ).check()

@@ -13,57 +13,57 @@ COMPUTE_DTYPES = ("float32", "bfloat16")
 
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
-  eps_low: float = 0.2  # clip ratio below at 1 - eps_low (SPADE)
-  eps_high: float = 0.28  # clip ratio above at 1 + eps_high (SPADE, DAPO's clip-higher)
-  kl_coef: float = 0.0  # weight of the k3 KL to the frozen reference (SPADE: 0, some runs 0.005)
-  aggregation: str = "token"  # token: mean over all loss tokens; sequence: mean of per-sequence means; dr_grpo: sum / (sequences * dr_grpo_tokens)
-  dr_grpo_tokens: int | None = None  # Dr.GRPO's constant per-sequence token budget; None: the batch's padded length
-  tis_cap: float | None = 2.0  # truncation of the importance weight pi_prox / pi_behaviour; None: no correction
-  agent_advantage: str = "grpo_zscore"  # registry name of the agent's advantage estimator
-  designer_advantage: str = "centered_scaled"  # registry name of the designer's advantage estimator
-  lr: float = 1e-6  # AdamW learning rate, constant (SPADE)
-  weight_decay: float = 0.1  # AdamW decoupled weight decay (SPADE)
-  b1: float = 0.9  # AdamW beta1 (SPADE)
-  b2: float = 0.98  # AdamW beta2 (SPADE)
-  adam_eps: float = 1e-8  # AdamW epsilon (Megatron's default; SPADE does not say)
-  decay_norms: bool = False  # also decay 1-D params (norm scales, biases); Megatron exempts them
-  grad_clip: float | None = 1.0  # global-norm clip (Megatron/slime default 1.0; SPADE does not say); None: off
-  micro_batches: int = 1  # gradient accumulation: the batch is split into this many micro-batches (lax.scan)
-  compute_dtype: str = "float32"  # activations and matmuls; bfloat16 keeps master params in float32
-  master_fp32: bool = True  # keep (and update) params in float32 even if the model stores bfloat16
-  logprob_chunk: int | None = None  # time steps per chunk of the output projection (saves the [B, T, V] logits); None: all at once
-  seed: int = 0  # seeds the RNG carried in the train state
-  format_bonus: float = 0.0  # agent reward + this x the share of its replies holding a complete \boxed{...} (SPADE: 0; shaping for small models that never answer in the action format)
+    eps_low: float = 0.2  # clip ratio below at 1 - eps_low (SPADE)
+    eps_high: float = 0.28  # clip ratio above at 1 + eps_high (SPADE, DAPO's clip-higher)
+    kl_coef: float = 0.0  # weight of the k3 KL to the frozen reference (SPADE: 0, some runs 0.005)
+    aggregation: str = "token"  # token: mean over all loss tokens; sequence: mean of per-sequence means; dr_grpo: sum / (sequences * dr_grpo_tokens)
+    dr_grpo_tokens: int | None = None  # Dr.GRPO's constant per-sequence token budget; None: the batch's padded length
+    tis_cap: float | None = 2.0  # truncation of the importance weight pi_prox / pi_behaviour; None: no correction
+    agent_advantage: str = "grpo_zscore"  # registry name of the agent's advantage estimator
+    designer_advantage: str = "centered_scaled"  # registry name of the designer's advantage estimator
+    lr: float = 1e-6  # AdamW learning rate, constant (SPADE)
+    weight_decay: float = 0.1  # AdamW decoupled weight decay (SPADE)
+    b1: float = 0.9  # AdamW beta1 (SPADE)
+    b2: float = 0.98  # AdamW beta2 (SPADE)
+    adam_eps: float = 1e-8  # AdamW epsilon (Megatron's default; SPADE does not say)
+    decay_norms: bool = False  # also decay 1-D params (norm scales, biases); Megatron exempts them
+    grad_clip: float | None = 1.0  # global-norm clip (Megatron/slime default 1.0; SPADE does not say); None: off
+    micro_batches: int = 1  # gradient accumulation: the batch is split into this many micro-batches (lax.scan)
+    compute_dtype: str = "float32"  # activations and matmuls; bfloat16 keeps master params in float32
+    master_fp32: bool = True  # keep (and update) params in float32 even if the model stores bfloat16
+    logprob_chunk: int | None = None  # time steps per chunk of the output projection (saves the [B, T, V] logits); None: all at once
+    seed: int = 0  # seeds the RNG carried in the train state
+    format_bonus: float = 0.0  # agent reward + this x the share of its replies holding a complete \boxed{...} (SPADE: 0; shaping for small models that never answer in the action format)
 
-  def __post_init__(self):
-    if not (0.0 <= self.eps_low < 1.0) or self.eps_high < 0.0:
-      raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got {self.eps_low}, {self.eps_high}")
-    if self.kl_coef < 0:
-      raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
-    if self.aggregation not in AGGREGATIONS:
-      raise ValueError(f"aggregation {self.aggregation!r} is not one of {AGGREGATIONS}")
-    if self.dr_grpo_tokens is not None and self.dr_grpo_tokens <= 0:
-      raise ValueError(f"dr_grpo_tokens must be positive or None, got {self.dr_grpo_tokens}")
-    if self.tis_cap is not None and self.tis_cap < 1.0:
-      raise ValueError(f"tis_cap must be >= 1 (or None to disable), got {self.tis_cap}")
-    if self.lr < 0 or self.weight_decay < 0:
-      raise ValueError("lr and weight_decay must be >= 0")
-    if not (0 <= self.b1 < 1 and 0 <= self.b2 < 1):
-      raise ValueError(f"AdamW betas must be in [0, 1), got {self.b1}, {self.b2}")
-    if self.grad_clip is not None and self.grad_clip <= 0:
-      raise ValueError(f"grad_clip must be positive or None, got {self.grad_clip}")
-    if self.micro_batches < 1:
-      raise ValueError(f"micro_batches must be >= 1, got {self.micro_batches}")
-    if self.compute_dtype not in COMPUTE_DTYPES:
-      raise ValueError(f"compute_dtype {self.compute_dtype!r} is not one of {COMPUTE_DTYPES}")
-    if not 0.0 <= self.format_bonus <= 1.0:
-      raise ValueError(f"format_bonus must be in [0, 1], got {self.format_bonus}")
-    if self.logprob_chunk is not None and self.logprob_chunk <= 0:
-      raise ValueError(f"logprob_chunk must be positive or None, got {self.logprob_chunk}")
-    from spade_jax.rl.advantages import get_advantage_estimator  # noqa: PLC0415 (avoid a cycle)
+    def __post_init__(self):
+        if not (0.0 <= self.eps_low < 1.0) or self.eps_high < 0.0:
+            raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got {self.eps_low}, {self.eps_high}")
+        if self.kl_coef < 0:
+            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation {self.aggregation!r} is not one of {AGGREGATIONS}")
+        if self.dr_grpo_tokens is not None and self.dr_grpo_tokens <= 0:
+            raise ValueError(f"dr_grpo_tokens must be positive or None, got {self.dr_grpo_tokens}")
+        if self.tis_cap is not None and self.tis_cap < 1.0:
+            raise ValueError(f"tis_cap must be >= 1 (or None to disable), got {self.tis_cap}")
+        if self.lr < 0 or self.weight_decay < 0:
+            raise ValueError("lr and weight_decay must be >= 0")
+        if not (0 <= self.b1 < 1 and 0 <= self.b2 < 1):
+            raise ValueError(f"AdamW betas must be in [0, 1), got {self.b1}, {self.b2}")
+        if self.grad_clip is not None and self.grad_clip <= 0:
+            raise ValueError(f"grad_clip must be positive or None, got {self.grad_clip}")
+        if self.micro_batches < 1:
+            raise ValueError(f"micro_batches must be >= 1, got {self.micro_batches}")
+        if self.compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"compute_dtype {self.compute_dtype!r} is not one of {COMPUTE_DTYPES}")
+        if not 0.0 <= self.format_bonus <= 1.0:
+            raise ValueError(f"format_bonus must be in [0, 1], got {self.format_bonus}")
+        if self.logprob_chunk is not None and self.logprob_chunk <= 0:
+            raise ValueError(f"logprob_chunk must be positive or None, got {self.logprob_chunk}")
+        from spade_jax.rl.advantages import get_advantage_estimator  # noqa: PLC0415 (avoid a cycle)
 
-    get_advantage_estimator(self.agent_advantage)
-    get_advantage_estimator(self.designer_advantage)
+        get_advantage_estimator(self.agent_advantage)
+        get_advantage_estimator(self.designer_advantage)
 
-  def replace(self, **changes) -> "RLConfig":
-    return dataclasses.replace(self, **changes)
+    def replace(self, **changes) -> "RLConfig":
+        return dataclasses.replace(self, **changes)

@@ -17,52 +17,52 @@ _MAX_LOG_RATIO = 20.0  # exp() stays finite; masked positions may hold arbitrary
 
 @flax.struct.dataclass
 class LossNormalisers:
-  """Counts over the FULL batch, so micro-batch contributions add up to the full-batch loss."""
+    """Counts over the FULL batch, so micro-batch contributions add up to the full-batch loss."""
 
-  tokens: jax.Array  # loss tokens in the batch
-  sequences: jax.Array  # sequences with at least one loss token
-  dr_grpo_denominator: jax.Array  # sequences * Dr.GRPO token budget
-  role_tokens: jax.Array  # [len(ROLE_NAMES)] loss tokens per role
+    tokens: jax.Array  # loss tokens in the batch
+    sequences: jax.Array  # sequences with at least one loss token
+    dr_grpo_denominator: jax.Array  # sequences * Dr.GRPO token budget
+    role_tokens: jax.Array  # [len(ROLE_NAMES)] loss tokens per role
 
 
 def effective_loss_mask(batch: TrainBatch) -> jax.Array:
-  """Loss tokens: generated, real, and not in column 0 (which has no logprob)."""
-  mask = jnp.asarray(batch.loss_mask_bt, bool) & jnp.asarray(batch.valid_bt, bool)
-  return mask.at[:, 0].set(False)
+    """Loss tokens: generated, real, and not in column 0 (which has no logprob)."""
+    mask = jnp.asarray(batch.loss_mask_bt, bool) & jnp.asarray(batch.valid_bt, bool)
+    return mask.at[:, 0].set(False)
 
 
 def loss_normalisers(batch: TrainBatch, cfg: RLConfig) -> LossNormalisers:
-  mask = effective_loss_mask(batch)
-  tokens = mask.sum().astype(jnp.float32)
-  sequences = mask.any(axis=1).sum().astype(jnp.float32)
-  budget = cfg.dr_grpo_tokens if cfg.dr_grpo_tokens is not None else mask.shape[1]
-  roles = batch.roles()
-  role_tokens = jnp.stack(
-      [(mask & (roles == r)[:, None]).sum() for r in range(len(ROLE_NAMES))]
-  ).astype(jnp.float32)
-  return LossNormalisers(
-      tokens=tokens,
-      sequences=sequences,
-      dr_grpo_denominator=sequences * float(budget),
-      role_tokens=role_tokens,
-  )
+    mask = effective_loss_mask(batch)
+    tokens = mask.sum().astype(jnp.float32)
+    sequences = mask.any(axis=1).sum().astype(jnp.float32)
+    budget = cfg.dr_grpo_tokens if cfg.dr_grpo_tokens is not None else mask.shape[1]
+    roles = batch.roles()
+    role_tokens = jnp.stack(
+        [(mask & (roles == r)[:, None]).sum() for r in range(len(ROLE_NAMES))]
+    ).astype(jnp.float32)
+    return LossNormalisers(
+        tokens=tokens,
+        sequences=sequences,
+        dr_grpo_denominator=sequences * float(budget),
+        role_tokens=role_tokens,
+    )
 
 
 def aggregation_weights(mask_bt: jax.Array, norm: LossNormalisers, aggregation: str) -> jax.Array:
-  """w_bt such that the batch loss is sum(w_bt * loss_bt); zero off the loss mask.
+    """w_bt such that the batch loss is sum(w_bt * loss_bt); zero off the loss mask.
 
-  token: 1 / (loss tokens in the batch); sequence: 1 / (tokens of that sequence * sequences);
-  dr_grpo: 1 / (sequences * constant budget), so long answers are not down-weighted.
-  """
-  m = mask_bt.astype(jnp.float32)
-  if aggregation == "token":
-    return m / jnp.maximum(norm.tokens, 1.0)
-  if aggregation == "sequence":
-    seq_tokens = m.sum(axis=1, keepdims=True)
-    return m / jnp.maximum(seq_tokens, 1.0) / jnp.maximum(norm.sequences, 1.0)
-  if aggregation == "dr_grpo":
-    return m / jnp.maximum(norm.dr_grpo_denominator, 1.0)
-  raise ValueError(f"aggregation {aggregation!r} is not one of token, sequence, dr_grpo")
+    token: 1 / (loss tokens in the batch); sequence: 1 / (tokens of that sequence * sequences);
+    dr_grpo: 1 / (sequences * constant budget), so long answers are not down-weighted.
+    """
+    m = mask_bt.astype(jnp.float32)
+    if aggregation == "token":
+        return m / jnp.maximum(norm.tokens, 1.0)
+    if aggregation == "sequence":
+        seq_tokens = m.sum(axis=1, keepdims=True)
+        return m / jnp.maximum(seq_tokens, 1.0) / jnp.maximum(norm.sequences, 1.0)
+    if aggregation == "dr_grpo":
+        return m / jnp.maximum(norm.dr_grpo_denominator, 1.0)
+    raise ValueError(f"aggregation {aggregation!r} is not one of token, sequence, dr_grpo")
 
 
 def grpo_token_terms(
@@ -75,123 +75,123 @@ def grpo_token_terms(
     old_logprobs_bt: jax.Array | None = None,
     ref_logprobs_bt: jax.Array | None = None,
 ) -> dict[str, jax.Array]:
-  """Per-token loss pieces (unmasked), decoupled-PPO style.
+    """Per-token loss pieces (unmasked), decoupled-PPO style.
 
-  The clip is measured against a proximal policy: `old_logprobs_bt` if given, else the behaviour
-  policy; for stale rows it is the current policy (detached), whose ratio is 1 in value. The
-  surrogate is then multiplied by the truncated importance weight min(pi_prox / pi_behaviour,
-  tis_cap), which is exactly 1 for fresh rows without `old_logprobs_bt` and corrects stale rows.
-  """
-  logp = logp_bt.astype(jnp.float32)
-  behaviour = behaviour_logprobs_bt.astype(jnp.float32)
-  prox = behaviour if old_logprobs_bt is None else old_logprobs_bt.astype(jnp.float32)
-  if stale_b is not None:
-    prox = jnp.where(stale_b[:, None], jax.lax.stop_gradient(logp), prox)
-  log_ratio = jnp.clip(logp - prox, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-  ratio = jnp.exp(log_ratio)
-  if cfg.tis_cap is None:
-    tis_weight = jnp.ones_like(logp)
-  else:
-    log_w = jnp.clip(jax.lax.stop_gradient(prox) - behaviour, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-    tis_weight = jnp.minimum(jnp.exp(log_w), cfg.tis_cap)
-  adv = advantages_bt.astype(jnp.float32)
-  unclipped = ratio * adv
-  clipped = jnp.clip(ratio, 1.0 - cfg.eps_low, 1.0 + cfg.eps_high) * adv
-  pg = -tis_weight * jnp.minimum(unclipped, clipped)
-  is_clipped = ((ratio < 1.0 - cfg.eps_low) & (adv < 0)) | ((ratio > 1.0 + cfg.eps_high) & (adv > 0))
-  # k3 estimator of KL(pi || ref) (Schulman): exp(ref - logp) - (ref - logp) - 1 >= 0.
-  if ref_logprobs_bt is None:
-    kl = jnp.zeros_like(logp)
-  else:
-    d = jnp.clip(ref_logprobs_bt.astype(jnp.float32) - logp, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-    kl = jnp.exp(d) - d - 1.0
-  neg = jax.lax.stop_gradient(-log_ratio)
-  approx_kl = jnp.exp(neg) - neg - 1.0  # k3 of KL(pi_prox || pi), a drift monitor
-  return {
-      "pg": pg,
-      "kl": kl,
-      "loss": pg + cfg.kl_coef * kl,
-      "ratio": jax.lax.stop_gradient(ratio),
-      "is_clipped": is_clipped,
-      "tis_weight": tis_weight,
-      "approx_kl": approx_kl,
-      "entropy": jax.lax.stop_gradient(-logp),  # Monte Carlo estimate from the sampled tokens
-  }
+    The clip is measured against a proximal policy: `old_logprobs_bt` if given, else the behaviour
+    policy; for stale rows it is the current policy (detached), whose ratio is 1 in value. The
+    surrogate is then multiplied by the truncated importance weight min(pi_prox / pi_behaviour,
+    tis_cap), which is exactly 1 for fresh rows without `old_logprobs_bt` and corrects stale rows.
+    """
+    logp = logp_bt.astype(jnp.float32)
+    behaviour = behaviour_logprobs_bt.astype(jnp.float32)
+    prox = behaviour if old_logprobs_bt is None else old_logprobs_bt.astype(jnp.float32)
+    if stale_b is not None:
+        prox = jnp.where(stale_b[:, None], jax.lax.stop_gradient(logp), prox)
+    log_ratio = jnp.clip(logp - prox, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    ratio = jnp.exp(log_ratio)
+    if cfg.tis_cap is None:
+        tis_weight = jnp.ones_like(logp)
+    else:
+        log_w = jnp.clip(jax.lax.stop_gradient(prox) - behaviour, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+        tis_weight = jnp.minimum(jnp.exp(log_w), cfg.tis_cap)
+    adv = advantages_bt.astype(jnp.float32)
+    unclipped = ratio * adv
+    clipped = jnp.clip(ratio, 1.0 - cfg.eps_low, 1.0 + cfg.eps_high) * adv
+    pg = -tis_weight * jnp.minimum(unclipped, clipped)
+    is_clipped = ((ratio < 1.0 - cfg.eps_low) & (adv < 0)) | ((ratio > 1.0 + cfg.eps_high) & (adv > 0))
+    # k3 estimator of KL(pi || ref) (Schulman): exp(ref - logp) - (ref - logp) - 1 >= 0.
+    if ref_logprobs_bt is None:
+        kl = jnp.zeros_like(logp)
+    else:
+        d = jnp.clip(ref_logprobs_bt.astype(jnp.float32) - logp, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+        kl = jnp.exp(d) - d - 1.0
+    neg = jax.lax.stop_gradient(-log_ratio)
+    approx_kl = jnp.exp(neg) - neg - 1.0  # k3 of KL(pi_prox || pi), a drift monitor
+    return {
+        "pg": pg,
+        "kl": kl,
+        "loss": pg + cfg.kl_coef * kl,
+        "ratio": jax.lax.stop_gradient(ratio),
+        "is_clipped": is_clipped,
+        "tis_weight": tis_weight,
+        "approx_kl": approx_kl,
+        "entropy": jax.lax.stop_gradient(-logp),  # Monte Carlo estimate from the sampled tokens
+    }
 
 
 def grpo_loss(
     logp_bt: jax.Array, batch: TrainBatch, cfg: RLConfig, norm: LossNormalisers | None = None
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """(loss, metrics) of one (micro-)batch; every metric is a sum that adds up over micro-batches.
+    """(loss, metrics) of one (micro-)batch; every metric is a sum that adds up over micro-batches.
 
-  `norm` holds the full batch's counts; None computes them from this batch (no micro-batching).
-  """
-  if cfg.kl_coef > 0 and batch.ref_logprobs_bt is None:
-    raise ValueError("kl_coef > 0 needs TrainBatch.ref_logprobs_bt from the frozen reference model")
-  if norm is None:
-    norm = loss_normalisers(batch, cfg)
-  mask = effective_loss_mask(batch)
-  terms = grpo_token_terms(
-      logp_bt,
-      batch.behaviour_logprobs_bt,
-      batch.token_advantages(),
-      cfg,
-      stale_b=batch.stale(),
-      old_logprobs_bt=batch.old_logprobs_bt,
-      ref_logprobs_bt=batch.ref_logprobs_bt,
-  )
-  w = aggregation_weights(mask, norm, cfg.aggregation)
-  per_token = mask.astype(jnp.float32) / jnp.maximum(norm.tokens, 1.0)
+    `norm` holds the full batch's counts; None computes them from this batch (no micro-batching).
+    """
+    if cfg.kl_coef > 0 and batch.ref_logprobs_bt is None:
+        raise ValueError("kl_coef > 0 needs TrainBatch.ref_logprobs_bt from the frozen reference model")
+    if norm is None:
+        norm = loss_normalisers(batch, cfg)
+    mask = effective_loss_mask(batch)
+    terms = grpo_token_terms(
+        logp_bt,
+        batch.behaviour_logprobs_bt,
+        batch.token_advantages(),
+        cfg,
+        stale_b=batch.stale(),
+        old_logprobs_bt=batch.old_logprobs_bt,
+        ref_logprobs_bt=batch.ref_logprobs_bt,
+    )
+    w = aggregation_weights(mask, norm, cfg.aggregation)
+    per_token = mask.astype(jnp.float32) / jnp.maximum(norm.tokens, 1.0)
 
-  def wsum(x, weights):
-    return jnp.sum(jnp.where(mask, x.astype(jnp.float32) * weights, 0.0))
+    def wsum(x, weights):
+        return jnp.sum(jnp.where(mask, x.astype(jnp.float32) * weights, 0.0))
 
-  loss = wsum(terms["loss"], w)
-  metrics = {
-      "loss": jax.lax.stop_gradient(loss),
-      "pg_loss": jax.lax.stop_gradient(wsum(terms["pg"], w)),
-      "kl": jax.lax.stop_gradient(wsum(terms["kl"], per_token)),
-      "clip_frac": wsum(terms["is_clipped"], per_token),
-      "approx_kl": wsum(terms["approx_kl"], per_token),
-      "entropy": wsum(terms["entropy"], per_token),
-      "tis_weight": wsum(terms["tis_weight"], per_token),
-      "ratio": wsum(terms["ratio"], per_token),
-  }
-  adv = batch.token_advantages()
-  roles = batch.roles()
-  for r, name in enumerate(ROLE_NAMES):
-    in_role = (roles == r)[:, None]
-    role_weight = mask.astype(jnp.float32) / jnp.maximum(norm.role_tokens[r], 1.0)
-    metrics[f"{name}/advantage_mean"] = wsum(jnp.where(in_role, adv, 0.0), role_weight)
-  return loss, metrics
+    loss = wsum(terms["loss"], w)
+    metrics = {
+        "loss": jax.lax.stop_gradient(loss),
+        "pg_loss": jax.lax.stop_gradient(wsum(terms["pg"], w)),
+        "kl": jax.lax.stop_gradient(wsum(terms["kl"], per_token)),
+        "clip_frac": wsum(terms["is_clipped"], per_token),
+        "approx_kl": wsum(terms["approx_kl"], per_token),
+        "entropy": wsum(terms["entropy"], per_token),
+        "tis_weight": wsum(terms["tis_weight"], per_token),
+        "ratio": wsum(terms["ratio"], per_token),
+    }
+    adv = batch.token_advantages()
+    roles = batch.roles()
+    for r, name in enumerate(ROLE_NAMES):
+        in_role = (roles == r)[:, None]
+        role_weight = mask.astype(jnp.float32) / jnp.maximum(norm.role_tokens[r], 1.0)
+        metrics[f"{name}/advantage_mean"] = wsum(jnp.where(in_role, adv, 0.0), role_weight)
+    return loss, metrics
 
 
 def token_logprobs(model, tokens_bt, positions_bt, valid_bt, chunk: int | None = None) -> jax.Array:
-  """log p(tokens_bt[:, t] | tokens_bt[:, :t]) as [B, T] float32, column 0 set to 0.
+    """log p(tokens_bt[:, t] | tokens_bt[:, :t]) as [B, T] float32, column 0 set to 0.
 
-  With `chunk`, the output projection and log-softmax run over `chunk` time steps at a time under
-  `jax.checkpoint`, so neither pass holds the full [B, T, V] logits.
-  """
-  hidden, _ = model.hidden_states(tokens_bt, positions_bt, valid_bt)
-  hidden = hidden[:, :-1]
-  targets = tokens_bt[:, 1:]
+    With `chunk`, the output projection and log-softmax run over `chunk` time steps at a time under
+    `jax.checkpoint`, so neither pass holds the full [B, T, V] logits.
+    """
+    hidden, _ = model.hidden_states(tokens_bt, positions_bt, valid_bt)
+    hidden = hidden[:, :-1]
+    targets = tokens_bt[:, 1:]
 
-  def score(h_bte, y_bt):
-    logits = model.logits(h_bte)
-    lse = jax.nn.logsumexp(logits, axis=-1)
-    picked = jnp.take_along_axis(logits, y_bt[..., None], axis=-1)[..., 0]
-    return picked - lse
+    def score(h_bte, y_bt):
+        logits = model.logits(h_bte)
+        lse = jax.nn.logsumexp(logits, axis=-1)
+        picked = jnp.take_along_axis(logits, y_bt[..., None], axis=-1)[..., 0]
+        return picked - lse
 
-  b, t1 = targets.shape
-  if chunk is None or chunk >= t1:
-    logp = score(hidden, targets)
-  else:
-    n = -(-t1 // chunk)
-    pad = n * chunk - t1
-    h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
-    y = jnp.pad(targets, ((0, 0), (0, pad)))
-    h = h.reshape(b, n, chunk, -1).swapaxes(0, 1)
-    y = y.reshape(b, n, chunk).swapaxes(0, 1)
-    logp = jax.lax.map(lambda args: jax.checkpoint(score)(*args), (h, y))
-    logp = logp.swapaxes(0, 1).reshape(b, n * chunk)[:, :t1]
-  return jnp.pad(logp, ((0, 0), (1, 0)))
+    b, t1 = targets.shape
+    if chunk is None or chunk >= t1:
+        logp = score(hidden, targets)
+    else:
+        n = -(-t1 // chunk)
+        pad = n * chunk - t1
+        h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
+        y = jnp.pad(targets, ((0, 0), (0, pad)))
+        h = h.reshape(b, n, chunk, -1).swapaxes(0, 1)
+        y = y.reshape(b, n, chunk).swapaxes(0, 1)
+        logp = jax.lax.map(lambda args: jax.checkpoint(score)(*args), (h, y))
+        logp = logp.swapaxes(0, 1).reshape(b, n * chunk)[:, :t1]
+    return jnp.pad(logp, ((0, 0), (1, 0)))

@@ -24,214 +24,214 @@ from spade_jax.rl.losses import grpo_loss, loss_normalisers, token_logprobs
 
 @flax.struct.dataclass
 class TrainState:
-  """Everything the update changes; the model structure (graphdef) lives in the `TrainStep`."""
+    """Everything the update changes; the model structure (graphdef) lives in the `TrainStep`."""
 
-  params: Any  # nested dict of arrays (nnx.to_pure_dict layout); float32 master copy when RLConfig.master_fp32
-  opt_state: Any  # optax state (clip + AdamW)
-  step: jax.Array  # int32 scalar: optimizer steps taken
-  rng: jax.Array  # uint32 [2] raw PRNG key data, split once per step (checkpointable as-is)
+    params: Any  # nested dict of arrays (nnx.to_pure_dict layout); float32 master copy when RLConfig.master_fp32
+    opt_state: Any  # optax state (clip + AdamW)
+    step: jax.Array  # int32 scalar: optimizer steps taken
+    rng: jax.Array  # uint32 [2] raw PRNG key data, split once per step (checkpointable as-is)
 
 
 def make_optimizer(cfg: RLConfig) -> optax.GradientTransformation:
-  """Global-norm clip then AdamW with a constant learning rate (SPADE: 1e-6, wd 0.1, betas 0.9/0.98)."""
+    """Global-norm clip then AdamW with a constant learning rate (SPADE: 1e-6, wd 0.1, betas 0.9/0.98)."""
 
-  def decay_mask(params):
-    return jax.tree.map(lambda p: cfg.decay_norms or p.ndim >= 2, params)
+    def decay_mask(params):
+        return jax.tree.map(lambda p: cfg.decay_norms or p.ndim >= 2, params)
 
-  adamw = optax.adamw(
-      learning_rate=cfg.lr,
-      b1=cfg.b1,
-      b2=cfg.b2,
-      eps=cfg.adam_eps,
-      weight_decay=cfg.weight_decay,
-      mask=decay_mask,
-  )
-  if cfg.grad_clip is None:
-    return adamw
-  return optax.chain(optax.clip_by_global_norm(cfg.grad_clip), adamw)
+    adamw = optax.adamw(
+        learning_rate=cfg.lr,
+        b1=cfg.b1,
+        b2=cfg.b2,
+        eps=cfg.adam_eps,
+        weight_decay=cfg.weight_decay,
+        mask=decay_mask,
+    )
+    if cfg.grad_clip is None:
+        return adamw
+    return optax.chain(optax.clip_by_global_norm(cfg.grad_clip), adamw)
 
 
 def param_shardings(model: nnx.Module, mesh: Mesh, rules=None):
-  """NamedSharding per param from its logical axes (spade_jax.mesh rules), as a pure dict."""
-  return nnx.to_pure_dict(mesh_lib.param_shardings(nnx.state(model, nnx.Param), mesh, rules))
+    """NamedSharding per param from its logical axes (spade_jax.mesh rules), as a pure dict."""
+    return nnx.to_pure_dict(mesh_lib.param_shardings(nnx.state(model, nnx.Param), mesh, rules))
 
 
 def batch_axes(mesh: Mesh | None, rules=None) -> tuple[str, ...]:
-  """Mesh axes the batch rows are split over (the `batch` rule, axes of size > 1)."""
-  if mesh is None:
-    return ()
-  rule = (mesh_lib.LOGICAL_RULES if rules is None else rules).get("batch") or ()
-  rule = (rule,) if isinstance(rule, str) else tuple(rule)
-  return tuple(a for a in rule if mesh.shape.get(a, 1) > 1)
+    """Mesh axes the batch rows are split over (the `batch` rule, axes of size > 1)."""
+    if mesh is None:
+        return ()
+    rule = (mesh_lib.LOGICAL_RULES if rules is None else rules).get("batch") or ()
+    rule = (rule,) if isinstance(rule, str) else tuple(rule)
+    return tuple(a for a in rule if mesh.shape.get(a, 1) > 1)
 
 
 def prepare_batch(batch: TrainBatch) -> TrainBatch:
-  """Host-side: checks shapes and fixes dtypes so one compiled step serves every batch of a shape."""
-  batch.check()
-  casts = {
-      "tokens_bt": jnp.int32, "positions_bt": jnp.int32, "valid_bt": bool, "loss_mask_bt": bool,
-      "behaviour_logprobs_bt": jnp.float32, "advantages_b": jnp.float32, "advantages_bt": jnp.float32,
-      "old_logprobs_bt": jnp.float32, "ref_logprobs_bt": jnp.float32, "role_b": jnp.int32,
-      "is_stale_b": bool,
-  }
-  changes = {}
-  for name, dtype in casts.items():
-    value = getattr(batch, name)
-    if value is not None and np.dtype(getattr(value, "dtype", np.float64)) != np.dtype(dtype):
-      changes[name] = np.asarray(value).astype(dtype)
-  if batch.role_b is None:
-    changes["role_b"] = np.zeros((batch.batch_size,), np.int32)
-  if batch.is_stale_b is None:
-    changes["is_stale_b"] = np.zeros((batch.batch_size,), bool)
-  return batch.replace(**changes) if changes else batch
+    """Host-side: checks shapes and fixes dtypes so one compiled step serves every batch of a shape."""
+    batch.check()
+    casts = {
+        "tokens_bt": jnp.int32, "positions_bt": jnp.int32, "valid_bt": bool, "loss_mask_bt": bool,
+        "behaviour_logprobs_bt": jnp.float32, "advantages_b": jnp.float32, "advantages_bt": jnp.float32,
+        "old_logprobs_bt": jnp.float32, "ref_logprobs_bt": jnp.float32, "role_b": jnp.int32,
+        "is_stale_b": bool,
+    }
+    changes = {}
+    for name, dtype in casts.items():
+        value = getattr(batch, name)
+        if value is not None and np.dtype(getattr(value, "dtype", np.float64)) != np.dtype(dtype):
+            changes[name] = np.asarray(value).astype(dtype)
+    if batch.role_b is None:
+        changes["role_b"] = np.zeros((batch.batch_size,), np.int32)
+    if batch.is_stale_b is None:
+        changes["is_stale_b"] = np.zeros((batch.batch_size,), bool)
+    return batch.replace(**changes) if changes else batch
 
 
 def _split_micro_batches(x, m: int):
-  """[B, ...] -> [m, B/m, ...] taking every m-th row, so each device's rows feed every micro-batch."""
-  b = x.shape[0]
-  return x.reshape((b // m, m) + x.shape[1:]).swapaxes(0, 1)
+    """[B, ...] -> [m, B/m, ...] taking every m-th row, so each device's rows feed every micro-batch."""
+    b = x.shape[0]
+    return x.reshape((b // m, m) + x.shape[1:]).swapaxes(0, 1)
 
 
 def _compute_graphdef(model: nnx.Module, compute_dtype):
-  """The model's graphdef with every module's activation `dtype` set to `compute_dtype`.
+    """The model's graphdef with every module's activation `dtype` set to `compute_dtype`.
 
-  Layers cast their params to `self.dtype` before each matmul, so the float32 master params in
-  the state meet bfloat16 activations without a separate cast (and get float32 gradients).
-  """
-  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), (params, rest))
-  clone = nnx.merge(graphdef, *abstract)
-  for _, node in nnx.iter_graph(clone):
-    if isinstance(node, nnx.Module) and hasattr(node, "dtype"):
-      node.dtype = compute_dtype
-  return nnx.split(clone, nnx.Param, ...)[0]
+    Layers cast their params to `self.dtype` before each matmul, so the float32 master params in
+    the state meet bfloat16 activations without a separate cast (and get float32 gradients).
+    """
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), (params, rest))
+    clone = nnx.merge(graphdef, *abstract)
+    for _, node in nnx.iter_graph(clone):
+        if isinstance(node, nnx.Module) and hasattr(node, "dtype"):
+            node.dtype = compute_dtype
+    return nnx.split(clone, nnx.Param, ...)[0]
 
 
 def format_memory(compiled) -> str:
-  """One line with the compiled step's memory (argument, output, temporaries, code)."""
-  try:
-    stats = compiled.memory_analysis()
-  except Exception as err:  # noqa: BLE001 (some backends do not implement it)
-    return f"train_step compiled memory: unavailable ({err})"
-  if stats is None:
-    return "train_step compiled memory: unavailable on this backend"
+    """One line with the compiled step's memory (argument, output, temporaries, code)."""
+    try:
+        stats = compiled.memory_analysis()
+    except Exception as err:  # noqa: BLE001 (some backends do not implement it)
+        return f"train_step compiled memory: unavailable ({err})"
+    if stats is None:
+        return "train_step compiled memory: unavailable on this backend"
 
-  def size(name):
-    value = float(getattr(stats, name, 0) or 0)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-      if value < 1024 or unit == "GiB":
-        return f"{value:.1f} {unit}"
-      value /= 1024
-    return f"{value:.1f} GiB"
+    def size(name):
+        value = float(getattr(stats, name, 0) or 0)
+        for unit in ("B", "KiB", "MiB", "GiB"):
+            if value < 1024 or unit == "GiB":
+                return f"{value:.1f} {unit}"
+            value /= 1024
+        return f"{value:.1f} GiB"
 
-  peak = sum(float(getattr(stats, n, 0) or 0) for n in
-             ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes"))
-  peak -= float(getattr(stats, "alias_size_in_bytes", 0) or 0)
-  return (
-      f"train_step compiled memory per device: arguments {size('argument_size_in_bytes')}, "
-      f"outputs {size('output_size_in_bytes')}, donated {size('alias_size_in_bytes')}, "
-      f"temporaries {size('temp_size_in_bytes')}, code {size('generated_code_size_in_bytes')}; "
-      f"peak about {peak / 2**30:.3f} GiB"
-  )
+    peak = sum(float(getattr(stats, n, 0) or 0) for n in
+               ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes"))
+    peak -= float(getattr(stats, "alias_size_in_bytes", 0) or 0)
+    return (
+        f"train_step compiled memory per device: arguments {size('argument_size_in_bytes')}, "
+        f"outputs {size('output_size_in_bytes')}, donated {size('alias_size_in_bytes')}, "
+        f"temporaries {size('temp_size_in_bytes')}, code {size('generated_code_size_in_bytes')}; "
+        f"peak about {peak / 2**30:.3f} GiB"
+    )
 
 
 @dataclasses.dataclass
 class TrainStep:
-  """The compiled GRPO update for one model structure, config and mesh.
+    """The compiled GRPO update for one model structure, config and mesh.
 
-  `state, metrics = train_step(state, batch)` donates `state`: do not reuse the old one. Unpacks as
-  `init, step = make_train_step(...)`.
-  """
+    `state, metrics = train_step(state, batch)` donates `state`: do not reuse the old one. Unpacks as
+    `init, step = make_train_step(...)`.
+    """
 
-  cfg: RLConfig
-  graphdef: Any  # compute-dtype graphdef the loss merges params into
-  optimizer: optax.GradientTransformation
-  mesh: Mesh | None
-  param_shardings: Any  # pure dict of NamedSharding, or None without a mesh
-  state_shardings: Any  # TrainState of NamedSharding, or None without a mesh
-  batch_sharding: NamedSharding | None  # rows split over the batch axes
-  jitted: Any  # jax.jit(step_fn, shardings, donate_argnums=0)
-  rules: Any = None  # logical-axis rules (None: spade_jax.mesh.LOGICAL_RULES)
-  verbose: bool = True  # print the compiled memory before the first step of each shape
-  _compiled: dict = dataclasses.field(default_factory=dict)
+    cfg: RLConfig
+    graphdef: Any  # compute-dtype graphdef the loss merges params into
+    optimizer: optax.GradientTransformation
+    mesh: Mesh | None
+    param_shardings: Any  # pure dict of NamedSharding, or None without a mesh
+    state_shardings: Any  # TrainState of NamedSharding, or None without a mesh
+    batch_sharding: NamedSharding | None  # rows split over the batch axes
+    jitted: Any  # jax.jit(step_fn, shardings, donate_argnums=0)
+    rules: Any = None  # logical-axis rules (None: spade_jax.mesh.LOGICAL_RULES)
+    verbose: bool = True  # print the compiled memory before the first step of each shape
+    _compiled: dict = dataclasses.field(default_factory=dict)
 
-  def __iter__(self):
-    return iter((self.init, self))
+    def __iter__(self):
+        return iter((self.init, self))
 
-  def init(self, model: nnx.Module, seed: int | None = None) -> TrainState:
-    """A fresh state from the model's current params (copied; the model keeps its own)."""
-    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-    if self.cfg.master_fp32:
-      params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)
-    params = jax.tree.map(jnp.copy, params)
-    rng = jax.random.key_data(jax.random.key(self.cfg.seed if seed is None else seed))
-    rng = jnp.asarray(rng, jnp.uint32)
+    def init(self, model: nnx.Module, seed: int | None = None) -> TrainState:
+        """A fresh state from the model's current params (copied; the model keeps its own)."""
+        params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+        if self.cfg.master_fp32:
+            params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)
+        params = jax.tree.map(jnp.copy, params)
+        rng = jax.random.key_data(jax.random.key(self.cfg.seed if seed is None else seed))
+        rng = jnp.asarray(rng, jnp.uint32)
 
-    def build(p, key):
-      return TrainState(params=p, opt_state=self.optimizer.init(p), step=jnp.zeros((), jnp.int32), rng=key)
+        def build(p, key):
+            return TrainState(params=p, opt_state=self.optimizer.init(p), step=jnp.zeros((), jnp.int32), rng=key)
 
-    if self.mesh is None:
-      return jax.jit(build)(params, rng)
-    params = jax.device_put(params, self.param_shardings)
-    return jax.jit(build, out_shardings=self.state_shardings)(params, rng)
+        if self.mesh is None:
+            return jax.jit(build)(params, rng)
+        params = jax.device_put(params, self.param_shardings)
+        return jax.jit(build, out_shardings=self.state_shardings)(params, rng)
 
-  def abstract_state(self, model: nnx.Module) -> TrainState:
-    """Shapes, dtypes and shardings of `init(model)`'s result (a restore target for checkpoints)."""
-    state = jax.eval_shape(lambda: self.init(model))
-    if self.state_shardings is None:
-      return state
-    return jax.tree.map(
-        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), state, self.state_shardings
-    )
+    def abstract_state(self, model: nnx.Module) -> TrainState:
+        """Shapes, dtypes and shardings of `init(model)`'s result (a restore target for checkpoints)."""
+        state = jax.eval_shape(lambda: self.init(model))
+        if self.state_shardings is None:
+            return state
+        return jax.tree.map(
+            lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), state, self.state_shardings
+        )
 
-  def place_batch(self, batch: TrainBatch) -> TrainBatch:
-    batch = prepare_batch(batch)
-    b = batch.batch_size
-    shards = 1
-    if self.batch_sharding is not None:
-      shards = int(np.prod([self.mesh.shape[a] for a in batch_axes(self.mesh, self.rules)]))
-    if b % (self.cfg.micro_batches * shards):
-      raise ValueError(
-          f"batch size {b} must be a multiple of micro_batches ({self.cfg.micro_batches}) x batch "
-          f"shards ({shards}); pad the batch with rows whose loss_mask_bt is all False"
-      )
-    if self.mesh is None:
-      return jax.tree.map(jnp.asarray, batch)
-    return jax.device_put(batch, self.batch_sharding)
+    def place_batch(self, batch: TrainBatch) -> TrainBatch:
+        batch = prepare_batch(batch)
+        b = batch.batch_size
+        shards = 1
+        if self.batch_sharding is not None:
+            shards = int(np.prod([self.mesh.shape[a] for a in batch_axes(self.mesh, self.rules)]))
+        if b % (self.cfg.micro_batches * shards):
+            raise ValueError(
+                f"batch size {b} must be a multiple of micro_batches ({self.cfg.micro_batches}) x batch "
+                f"shards ({shards}); pad the batch with rows whose loss_mask_bt is all False"
+            )
+        if self.mesh is None:
+            return jax.tree.map(jnp.asarray, batch)
+        return jax.device_put(batch, self.batch_sharding)
 
-  def compile(self, state: TrainState, batch: TrainBatch):
-    """Lowers and compiles for these shapes (cached); prints the compiled memory the first time."""
-    leaves, tree = jax.tree.flatten((state, batch))
-    key = (tree, tuple((np.shape(x), np.dtype(x.dtype)) for x in leaves))
-    compiled = self._compiled.get(key)
-    if compiled is None:
-      compiled = self.jitted.lower(state, batch).compile()
-      if self.verbose:
-        print(format_memory(compiled), file=sys.stderr, flush=True)
-      self._compiled[key] = compiled
-    return compiled
+    def compile(self, state: TrainState, batch: TrainBatch):
+        """Lowers and compiles for these shapes (cached); prints the compiled memory the first time."""
+        leaves, tree = jax.tree.flatten((state, batch))
+        key = (tree, tuple((np.shape(x), np.dtype(x.dtype)) for x in leaves))
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self.jitted.lower(state, batch).compile()
+            if self.verbose:
+                print(format_memory(compiled), file=sys.stderr, flush=True)
+            self._compiled[key] = compiled
+        return compiled
 
-  def __call__(self, state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, jax.Array]]:
-    batch = self.place_batch(batch)
-    return self.compile(state, batch)(state, batch)
+    def __call__(self, state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, jax.Array]]:
+        batch = self.place_batch(batch)
+        return self.compile(state, batch)(state, batch)
 
-  def memory_report(self, state: TrainState, batch: TrainBatch) -> str:
-    return format_memory(self.compile(state, self.place_batch(batch)))
+    def memory_report(self, state: TrainState, batch: TrainBatch) -> str:
+        return format_memory(self.compile(state, self.place_batch(batch)))
 
-  def sampling_model(self, state: TrainState, model: nnx.Module) -> nnx.Module:
-    """A model sharing `state`'s param buffers (no copy); valid only until the next train step donates them."""
-    graphdef, _, rest = nnx.split(model, nnx.Param, ...)
-    dtypes = jax.tree.map(lambda x: x.dtype, nnx.to_pure_dict(nnx.state(model, nnx.Param)))
-    params = jax.tree.map(lambda x, dt: x if x.dtype == dt else x.astype(dt), state.params, dtypes)
-    return nnx.merge(graphdef, params, rest)
+    def sampling_model(self, state: TrainState, model: nnx.Module) -> nnx.Module:
+        """A model sharing `state`'s param buffers (no copy); valid only until the next train step donates them."""
+        graphdef, _, rest = nnx.split(model, nnx.Param, ...)
+        dtypes = jax.tree.map(lambda x: x.dtype, nnx.to_pure_dict(nnx.state(model, nnx.Param)))
+        params = jax.tree.map(lambda x, dt: x if x.dtype == dt else x.astype(dt), state.params, dtypes)
+        return nnx.merge(graphdef, params, rest)
 
-  def write_params(self, model: nnx.Module, state: TrainState) -> None:
-    """Copies the state's params into `model` (cast to the model's dtypes), e.g. for the sampler."""
-    current = nnx.state(model, nnx.Param)
-    dtypes = jax.tree.map(lambda x: x.dtype, nnx.to_pure_dict(current))
-    fresh = jax.tree.map(lambda x, dt: jnp.array(x, dtype=dt, copy=True), state.params, dtypes)
-    nnx.replace_by_pure_dict(current, fresh)
-    nnx.update(model, current)
+    def write_params(self, model: nnx.Module, state: TrainState) -> None:
+        """Copies the state's params into `model` (cast to the model's dtypes), e.g. for the sampler."""
+        current = nnx.state(model, nnx.Param)
+        dtypes = jax.tree.map(lambda x: x.dtype, nnx.to_pure_dict(current))
+        fresh = jax.tree.map(lambda x, dt: jnp.array(x, dtype=dt, copy=True), state.params, dtypes)
+        nnx.replace_by_pure_dict(current, fresh)
+        nnx.update(model, current)
 
 
 def make_train_step(
@@ -242,105 +242,105 @@ def make_train_step(
     rules=None,
     verbose: bool = True,
 ) -> TrainStep:
-  """Builds the pure step `(state, batch) -> (state, metrics)` and jits it over `mesh` with donation.
+    """Builds the pure step `(state, batch) -> (state, metrics)` and jits it over `mesh` with donation.
 
-  Micro-batches: rows are dealt round-robin into `cfg.micro_batches` groups, gradients are summed
-  over a `lax.scan`, and every loss term is normalised by counts of the FULL batch (e.g. token
-  aggregation divides by all loss tokens of the batch), so the result equals the one-shot step.
-  """
-  compute_dtype = jnp.bfloat16 if cfg.compute_dtype == "bfloat16" else jnp.float32
-  graphdef = _compute_graphdef(model, compute_dtype)
-  optimizer = make_optimizer(cfg)
-  m = cfg.micro_batches
+    Micro-batches: rows are dealt round-robin into `cfg.micro_batches` groups, gradients are summed
+    over a `lax.scan`, and every loss term is normalised by counts of the FULL batch (e.g. token
+    aggregation divides by all loss tokens of the batch), so the result equals the one-shot step.
+    """
+    compute_dtype = jnp.bfloat16 if cfg.compute_dtype == "bfloat16" else jnp.float32
+    graphdef = _compute_graphdef(model, compute_dtype)
+    optimizer = make_optimizer(cfg)
+    m = cfg.micro_batches
 
-  p_shardings = state_shardings = batch_sharding = mb_sharding = replicated = None
-  if mesh is not None:
-    p_shardings = param_shardings(model, mesh, rules)
-    replicated = NamedSharding(mesh, P())
-    abstract_params = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, jnp.float32 if cfg.master_fp32 else x.dtype),
-        nnx.to_pure_dict(nnx.state(model, nnx.Param)),
-    )
-    abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
-    opt_shardings = optax.tree_map_params(
-        optimizer,
-        lambda _, sharding: sharding,
-        abstract_opt,
-        p_shardings,
-        transform_non_params=lambda _: replicated,
-        is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct),
-    )
-    state_shardings = TrainState(params=p_shardings, opt_state=opt_shardings, step=replicated, rng=replicated)
-    axes = batch_axes(mesh, rules)
-    batch_sharding = NamedSharding(mesh, P(axes or None))
-    mb_sharding = NamedSharding(mesh, P(None, axes or None))
+    p_shardings = state_shardings = batch_sharding = mb_sharding = replicated = None
+    if mesh is not None:
+        p_shardings = param_shardings(model, mesh, rules)
+        replicated = NamedSharding(mesh, P())
+        abstract_params = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, jnp.float32 if cfg.master_fp32 else x.dtype),
+            nnx.to_pure_dict(nnx.state(model, nnx.Param)),
+        )
+        abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
+        opt_shardings = optax.tree_map_params(
+            optimizer,
+            lambda _, sharding: sharding,
+            abstract_opt,
+            p_shardings,
+            transform_non_params=lambda _: replicated,
+            is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct),
+        )
+        state_shardings = TrainState(params=p_shardings, opt_state=opt_shardings, step=replicated, rng=replicated)
+        axes = batch_axes(mesh, rules)
+        batch_sharding = NamedSharding(mesh, P(axes or None))
+        mb_sharding = NamedSharding(mesh, P(None, axes or None))
 
-  _, _, rest = nnx.split(model, nnx.Param, ...)  # non-param variables (none in Decoder): constants
+    _, _, rest = nnx.split(model, nnx.Param, ...)  # non-param variables (none in Decoder): constants
 
-  def loss_fn(params, micro_batch, norm):
-    policy = nnx.merge(graphdef, params, rest)
-    logp = token_logprobs(
-        policy, micro_batch.tokens_bt, micro_batch.positions_bt, micro_batch.valid_bt, cfg.logprob_chunk
-    )
-    return grpo_loss(logp, micro_batch, cfg, norm)
+    def loss_fn(params, micro_batch, norm):
+        policy = nnx.merge(graphdef, params, rest)
+        logp = token_logprobs(
+            policy, micro_batch.tokens_bt, micro_batch.positions_bt, micro_batch.valid_bt, cfg.logprob_chunk
+        )
+        return grpo_loss(logp, micro_batch, cfg, norm)
 
-  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-  def step_fn(state: TrainState, batch: TrainBatch):
-    norm = loss_normalisers(batch, cfg)
-    params = state.params
-    if m == 1:
-      (_, metrics), grads = grad_fn(params, batch, norm)
+    def step_fn(state: TrainState, batch: TrainBatch):
+        norm = loss_normalisers(batch, cfg)
+        params = state.params
+        if m == 1:
+            (_, metrics), grads = grad_fn(params, batch, norm)
+        else:
+            micro = jax.tree.map(lambda x: _split_micro_batches(x, m), batch)
+            if mb_sharding is not None:
+                micro = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, mb_sharding), micro)
+            first = jax.tree.map(lambda x: x[0], micro)
+            metric_shapes = jax.eval_shape(lambda p, mb: loss_fn(p, mb, norm)[1], params, first)
+            zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
+            zero_grads = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+            if p_shardings is not None:
+                zero_grads = jax.lax.with_sharding_constraint(zero_grads, p_shardings)
+
+            def accumulate(carry, micro_batch):
+                grads_acc, metrics_acc = carry
+                (_, mb_metrics), mb_grads = grad_fn(params, micro_batch, norm)
+                grads_acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grads_acc, mb_grads)
+                return (grads_acc, jax.tree.map(jnp.add, metrics_acc, mb_metrics)), None
+
+            (grads, metrics), _ = jax.lax.scan(accumulate, (zero_grads, zero_metrics), micro)
+            grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
+        grad_norm = optax.tree.norm(grads)
+        updates, opt_state = optimizer.update(grads, state.opt_state, params)
+        new_params = optax.apply_updates(params, updates)
+        rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state.rng))[0])
+        metrics = dict(metrics)
+        metrics["grad_norm"] = grad_norm
+        metrics["tokens"] = norm.tokens
+        metrics["sequences"] = norm.sequences
+        for r, name in enumerate(ROLE_NAMES):
+            metrics[f"{name}/tokens"] = norm.role_tokens[r]
+        new_state = TrainState(params=new_params, opt_state=opt_state, step=state.step + 1, rng=rng)
+        return new_state, metrics
+
+    if mesh is None:
+        jitted = jax.jit(step_fn, donate_argnums=0)
     else:
-      micro = jax.tree.map(lambda x: _split_micro_batches(x, m), batch)
-      if mb_sharding is not None:
-        micro = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, mb_sharding), micro)
-      first = jax.tree.map(lambda x: x[0], micro)
-      metric_shapes = jax.eval_shape(lambda p, mb: loss_fn(p, mb, norm)[1], params, first)
-      zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
-      zero_grads = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-      if p_shardings is not None:
-        zero_grads = jax.lax.with_sharding_constraint(zero_grads, p_shardings)
-
-      def accumulate(carry, micro_batch):
-        grads_acc, metrics_acc = carry
-        (_, mb_metrics), mb_grads = grad_fn(params, micro_batch, norm)
-        grads_acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grads_acc, mb_grads)
-        return (grads_acc, jax.tree.map(jnp.add, metrics_acc, mb_metrics)), None
-
-      (grads, metrics), _ = jax.lax.scan(accumulate, (zero_grads, zero_metrics), micro)
-      grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
-    grad_norm = optax.tree.norm(grads)
-    updates, opt_state = optimizer.update(grads, state.opt_state, params)
-    new_params = optax.apply_updates(params, updates)
-    rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state.rng))[0])
-    metrics = dict(metrics)
-    metrics["grad_norm"] = grad_norm
-    metrics["tokens"] = norm.tokens
-    metrics["sequences"] = norm.sequences
-    for r, name in enumerate(ROLE_NAMES):
-      metrics[f"{name}/tokens"] = norm.role_tokens[r]
-    new_state = TrainState(params=new_params, opt_state=opt_state, step=state.step + 1, rng=rng)
-    return new_state, metrics
-
-  if mesh is None:
-    jitted = jax.jit(step_fn, donate_argnums=0)
-  else:
-    jitted = jax.jit(
-        step_fn,
-        in_shardings=(state_shardings, batch_sharding),
-        out_shardings=(state_shardings, replicated),
-        donate_argnums=0,
+        jitted = jax.jit(
+            step_fn,
+            in_shardings=(state_shardings, batch_sharding),
+            out_shardings=(state_shardings, replicated),
+            donate_argnums=0,
+        )
+    return TrainStep(
+        cfg=cfg,
+        graphdef=graphdef,
+        optimizer=optimizer,
+        mesh=mesh,
+        param_shardings=p_shardings,
+        state_shardings=state_shardings,
+        batch_sharding=batch_sharding,
+        jitted=jitted,
+        rules=rules,
+        verbose=verbose,
     )
-  return TrainStep(
-      cfg=cfg,
-      graphdef=graphdef,
-      optimizer=optimizer,
-      mesh=mesh,
-      param_shardings=p_shardings,
-      state_shardings=state_shardings,
-      batch_sharding=batch_sharding,
-      jitted=jitted,
-      rules=rules,
-      verbose=verbose,
-  )

@@ -33,47 +33,47 @@ FAMILIES = {
 
 
 def hf_model(model_type: str, seed: int = 0, **overrides):
-  import torch  # noqa: PLC0415
-  import transformers  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
 
-  torch.manual_seed(seed)
-  config = transformers.AutoConfig.for_model(model_type, **{**BASE, **FAMILIES[model_type], **overrides})
-  config._attn_implementation = "eager"
-  model = transformers.AutoModelForCausalLM.from_config(config).eval()
-  gen = torch.Generator().manual_seed(seed + 1)
-  with torch.no_grad():
-    for name, param in model.named_parameters():
-      noise = torch.randn(param.shape, generator=gen)
-      if name.endswith("norm.weight"):
-        param.copy_(1.0 + 0.2 * noise)
-      else:
-        param.copy_(0.15 * noise)
-  return model
+    torch.manual_seed(seed)
+    config = transformers.AutoConfig.for_model(model_type, **{**BASE, **FAMILIES[model_type], **overrides})
+    config._attn_implementation = "eager"
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            noise = torch.randn(param.shape, generator=gen)
+            if name.endswith("norm.weight"):
+                param.copy_(1.0 + 0.2 * noise)
+            else:
+                param.copy_(0.15 * noise)
+    return model
 
 
 def save_hf(model, path: Path) -> Path:
-  model.save_pretrained(path)
-  return path
+    model.save_pretrained(path)
+    return path
 
 
 def hf_logits(model, tokens: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
-  import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415
 
-  mask = None if valid is None else torch.tensor(valid.astype(np.int64))
-  kwargs = {}
-  if valid is not None:
-    positions = np.maximum(np.cumsum(valid, axis=1) - 1, 0)
-    kwargs["position_ids"] = torch.tensor(positions)
-  with torch.no_grad():
-    return model(torch.tensor(tokens), attention_mask=mask, **kwargs).logits.float().numpy()
+    mask = None if valid is None else torch.tensor(valid.astype(np.int64))
+    kwargs = {}
+    if valid is not None:
+        positions = np.maximum(np.cumsum(valid, axis=1) - 1, 0)
+        kwargs["position_ids"] = torch.tensor(positions)
+    with torch.no_grad():
+        return model(torch.tensor(tokens), attention_mask=mask, **kwargs).logits.float().numpy()
 
 
 def left_padded_batch(vocab: int, seed: int = 0, batch: int = 3, length: int = 11):
-  """Tokens, positions and valid mask for a left-padded batch (row i has i*2 pads)."""
-  rng = np.random.RandomState(seed)
-  tokens = rng.randint(0, vocab, (batch, length)).astype(np.int32)
-  valid = np.ones((batch, length), bool)
-  for i in range(batch):
-    valid[i, : 2 * i] = False
-  positions = np.maximum(np.cumsum(valid, axis=1) - 1, 0).astype(np.int32)
-  return tokens, positions, valid
+    """Tokens, positions and valid mask for a left-padded batch (row i has i*2 pads)."""
+    rng = np.random.RandomState(seed)
+    tokens = rng.randint(0, vocab, (batch, length)).astype(np.int32)
+    valid = np.ones((batch, length), bool)
+    for i in range(batch):
+        valid[i, : 2 * i] = False
+    positions = np.maximum(np.cumsum(valid, axis=1) - 1, 0).astype(np.int32)
+    return tokens, positions, valid

@@ -21,46 +21,46 @@ from spade_jax.rl import RLConfig, make_train_step  # noqa: E402
 
 
 def run(mesh, micro_batches, steps=2, checkpoint_dir=None):
-  model = tiny_decoder(0)
-  cfg = RLConfig(lr=1e-2, adam_eps=1.0, micro_batches=micro_batches, kl_coef=0.01)
-  init, step = make_train_step(model, cfg, mesh, verbose=False)
-  state = init(model)
-  history = []
-  for i in range(steps):
-    state, metrics = step(state, make_train_batch(i, batch=16, ref=True))
-    history.append({k: float(v) for k, v in metrics.items()})
-  if checkpoint_dir is not None:  # sharded save, then restore straight into the mesh shardings
-    from spade_jax.checkpoint import Checkpointer  # noqa: PLC0415
+    model = tiny_decoder(0)
+    cfg = RLConfig(lr=1e-2, adam_eps=1.0, micro_batches=micro_batches, kl_coef=0.01)
+    init, step = make_train_step(model, cfg, mesh, verbose=False)
+    state = init(model)
+    history = []
+    for i in range(steps):
+        state, metrics = step(state, make_train_batch(i, batch=16, ref=True))
+        history.append({k: float(v) for k, v in metrics.items()})
+    if checkpoint_dir is not None:  # sharded save, then restore straight into the mesh shardings
+        from spade_jax.checkpoint import Checkpointer  # noqa: PLC0415
 
-    with Checkpointer(checkpoint_dir) as ckpt:
-      ckpt.save(steps, state, {"steps": steps})
-      ckpt.wait()
-      restored, extra = ckpt.restore(step.abstract_state(model))
-    assert extra == {"steps": steps}
-    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(restored)):
-      assert a.sharding == b.sharding, (a.sharding, b.sharding)
-      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-  params = jax.tree.map(np.asarray, state.params)
-  shardings = jax.tree.leaves(jax.tree.map(lambda x: str(getattr(x.sharding, "spec", "")), state.params))
-  return history, params, shardings
+        with Checkpointer(checkpoint_dir) as ckpt:
+            ckpt.save(steps, state, {"steps": steps})
+            ckpt.wait()
+            restored, extra = ckpt.restore(step.abstract_state(model))
+        assert extra == {"steps": steps}
+        for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(restored)):
+            assert a.sharding == b.sharding, (a.sharding, b.sharding)
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    params = jax.tree.map(np.asarray, state.params)
+    shardings = jax.tree.leaves(jax.tree.map(lambda x: str(getattr(x.sharding, "spec", "")), state.params))
+    return history, params, shardings
 
 
 def main():
-  assert jax.device_count() == 8, jax.devices()
-  mesh = make_mesh(MeshConfig(data=2, fsdp=2, tensor=2))
-  plain_hist, plain_params, _ = run(None, 1)
-  sharded_hist, sharded_params, specs = run(mesh, 2, checkpoint_dir=sys.argv[1] if len(sys.argv) > 1 else None)
-  param_diff = max(float(np.max(np.abs(a - b))) for a, b in
-                   zip(jax.tree.leaves(plain_params), jax.tree.leaves(sharded_params)))
-  metric_diff = max(abs(a[k] - b[k]) / max(1.0, abs(a[k]))
-                    for a, b in zip(plain_hist, sharded_hist) for k in a)
-  print(json.dumps({
-      "param_diff": param_diff,
-      "metric_diff": metric_diff,
-      "sharded_params": sum("fsdp" in s or "tensor" in s for s in specs),
-      "loss": [h["loss"] for h in sharded_hist],
-  }))
+    assert jax.device_count() == 8, jax.devices()
+    mesh = make_mesh(MeshConfig(data=2, fsdp=2, tensor=2))
+    plain_hist, plain_params, _ = run(None, 1)
+    sharded_hist, sharded_params, specs = run(mesh, 2, checkpoint_dir=sys.argv[1] if len(sys.argv) > 1 else None)
+    param_diff = max(float(np.max(np.abs(a - b))) for a, b in
+                     zip(jax.tree.leaves(plain_params), jax.tree.leaves(sharded_params)))
+    metric_diff = max(abs(a[k] - b[k]) / max(1.0, abs(a[k]))
+                      for a, b in zip(plain_hist, sharded_hist) for k in a)
+    print(json.dumps({
+        "param_diff": param_diff,
+        "metric_diff": metric_diff,
+        "sharded_params": sum("fsdp" in s or "tensor" in s for s in specs),
+        "loss": [h["loss"] for h in sharded_hist],
+    }))
 
 
 if __name__ == "__main__":
-  main()
+    main()

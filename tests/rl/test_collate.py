@@ -7,26 +7,26 @@ from spade_jax.rl.collate import Sample, collate
 
 
 def test_rows_and_length_are_bucketed_and_padding_carries_no_loss():
-  samples = [
-      Sample([5, 6, 7], [0, 1, 1], [0.0, -1.0, -2.0], advantage=0.5, role=AGENT),
-      Sample([1, 2, 3, 4, 9], [0, 0, 0, 1, 1], [0, 0, 0, -0.1, -0.2], advantage=-1.0, role=DESIGNER, stale=True),
-      Sample([8], [1], [-3.0], advantage=2.0),
-  ]
-  batch = collate(samples, length_multiple=4, row_multiple=2)
-  assert batch.tokens_bt.shape == (4, 8)  # 3 rows -> 4, length 5 -> 8
-  np.testing.assert_array_equal(batch.tokens_bt[1, :5], [1, 2, 3, 4, 9])
-  np.testing.assert_array_equal(batch.valid_bt.sum(1), [3, 5, 1, 0])
-  np.testing.assert_array_equal(batch.loss_mask_bt[0], [0, 1, 1, 0, 0, 0, 0, 0])
-  assert not batch.loss_mask_bt[:, 0].any()  # column 0 is scored by nothing
-  assert not batch.loss_mask_bt[3].any()
-  np.testing.assert_allclose(batch.behaviour_logprobs_bt[1, 3:5], [-0.1, -0.2])
-  np.testing.assert_allclose(batch.advantages_b, [0.5, -1.0, 2.0, 0.0])
-  np.testing.assert_array_equal(batch.role_b, [AGENT, DESIGNER, AGENT, AGENT])
-  np.testing.assert_array_equal(batch.is_stale_b, [False, True, False, False])
-  np.testing.assert_array_equal(batch.positions_bt[0], np.arange(8))
+    samples = [
+        Sample([5, 6, 7], [0, 1, 1], [0.0, -1.0, -2.0], advantage=0.5, role=AGENT),
+        Sample([1, 2, 3, 4, 9], [0, 0, 0, 1, 1], [0, 0, 0, -0.1, -0.2], advantage=-1.0, role=DESIGNER, stale=True),
+        Sample([8], [1], [-3.0], advantage=2.0),
+    ]
+    batch = collate(samples, length_multiple=4, row_multiple=2)
+    assert batch.tokens_bt.shape == (4, 8)  # 3 rows -> 4, length 5 -> 8
+    np.testing.assert_array_equal(batch.tokens_bt[1, :5], [1, 2, 3, 4, 9])
+    np.testing.assert_array_equal(batch.valid_bt.sum(1), [3, 5, 1, 0])
+    np.testing.assert_array_equal(batch.loss_mask_bt[0], [0, 1, 1, 0, 0, 0, 0, 0])
+    assert not batch.loss_mask_bt[:, 0].any()  # column 0 is scored by nothing
+    assert not batch.loss_mask_bt[3].any()
+    np.testing.assert_allclose(batch.behaviour_logprobs_bt[1, 3:5], [-0.1, -0.2])
+    np.testing.assert_allclose(batch.advantages_b, [0.5, -1.0, 2.0, 0.0])
+    np.testing.assert_array_equal(batch.role_b, [AGENT, DESIGNER, AGENT, AGENT])
+    np.testing.assert_array_equal(batch.is_stale_b, [False, True, False, False])
+    np.testing.assert_array_equal(batch.positions_bt[0], np.arange(8))
 
 
 def test_long_samples_are_cut_to_max_length():
-  batch = collate([Sample(list(range(10)), [1] * 10, [-1.0] * 10)], length_multiple=4, max_length=6)
-  assert batch.tokens_bt.shape == (1, 6)
-  assert batch.loss_mask_bt[0].sum() == 5
+    batch = collate([Sample(list(range(10)), [1] * 10, [-1.0] * 10)], length_multiple=4, max_length=6)
+    assert batch.tokens_bt.shape == (1, 6)
+    assert batch.loss_mask_bt[0].sum() == 5

@@ -21,146 +21,146 @@ CFG = RLConfig(lr=1e-2, adam_eps=1.0, kl_coef=0.01)
 
 
 def _run(cfg, steps=2, model=None):
-  model = model or tiny_decoder(0)
-  init, step = make_train_step(model, cfg, verbose=False)
-  state = init(model)
-  history = []
-  for i in range(steps):
-    old = state
-    state, metrics = step(state, make_train_batch(i, ref=True))
-    assert jax.tree.leaves(old.params)[0].is_deleted()  # the state was donated
-    history.append({k: float(v) for k, v in metrics.items()})
-  return state, history
+    model = model or tiny_decoder(0)
+    init, step = make_train_step(model, cfg, verbose=False)
+    state = init(model)
+    history = []
+    for i in range(steps):
+        old = state
+        state, metrics = step(state, make_train_batch(i, ref=True))
+        assert jax.tree.leaves(old.params)[0].is_deleted()  # the state was donated
+        history.append({k: float(v) for k, v in metrics.items()})
+    return state, history
 
 
 @pytest.fixture(scope="module")
 def single():
-  return _run(CFG)
+    return _run(CFG)
 
 
 def test_micro_batched_step_equals_single_batch(single):
-  state1, hist1 = single
-  state4, hist4 = _run(CFG.replace(micro_batches=4))
-  for a, b in zip(hist1, hist4):
-    assert a.keys() == b.keys()
-    for k in a:
-      np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-6, err_msg=k)
-  for a, b in zip(jax.tree.leaves(state1.params), jax.tree.leaves(state4.params)):
-    np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-6)
-  assert int(state4.step) == 2
+    state1, hist1 = single
+    state4, hist4 = _run(CFG.replace(micro_batches=4))
+    for a, b in zip(hist1, hist4):
+        assert a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    for a, b in zip(jax.tree.leaves(state1.params), jax.tree.leaves(state4.params)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-6)
+    assert int(state4.step) == 2
 
 
 def test_metrics_count_roles_and_tokens(single):
-  _, hist = single
-  batch = make_train_batch(1, ref=True)
-  mask = np.asarray(batch.loss_mask_bt) & np.asarray(batch.valid_bt)
-  mask[:, 0] = False
-  role = np.asarray(batch.role_b)
-  assert hist[1]["tokens"] == mask.sum()
-  assert hist[1]["designer/tokens"] == mask[role == 1].sum()
-  assert hist[1]["agent/tokens"] == mask[role == 0].sum()
-  assert hist[1]["sequences"] == mask.any(1).sum()
-  adv = np.asarray(batch.advantages_b)
-  for r, name in enumerate(["agent", "designer"]):
-    tok = mask.sum(1) * (role == r)
-    np.testing.assert_allclose(hist[1][f"{name}/advantage_mean"], (adv * tok).sum() / tok.sum(), rtol=1e-5)
-  for k in ("loss", "pg_loss", "kl", "clip_frac", "approx_kl", "entropy", "grad_norm", "tis_weight"):
-    assert np.isfinite(hist[1][k]), k
-  assert hist[1]["kl"] > 0 and hist[1]["grad_norm"] > 0
+    _, hist = single
+    batch = make_train_batch(1, ref=True)
+    mask = np.asarray(batch.loss_mask_bt) & np.asarray(batch.valid_bt)
+    mask[:, 0] = False
+    role = np.asarray(batch.role_b)
+    assert hist[1]["tokens"] == mask.sum()
+    assert hist[1]["designer/tokens"] == mask[role == 1].sum()
+    assert hist[1]["agent/tokens"] == mask[role == 0].sum()
+    assert hist[1]["sequences"] == mask.any(1).sum()
+    adv = np.asarray(batch.advantages_b)
+    for r, name in enumerate(["agent", "designer"]):
+        tok = mask.sum(1) * (role == r)
+        np.testing.assert_allclose(hist[1][f"{name}/advantage_mean"], (adv * tok).sum() / tok.sum(), rtol=1e-5)
+    for k in ("loss", "pg_loss", "kl", "clip_frac", "approx_kl", "entropy", "grad_norm", "tis_weight"):
+        assert np.isfinite(hist[1][k]), k
+    assert hist[1]["kl"] > 0 and hist[1]["grad_norm"] > 0
 
 
 def test_update_follows_the_advantage_sign():
-  """After a few steps, completions with positive advantage gain probability, negative ones lose it."""
-  model = tiny_decoder(1)
-  cfg = RLConfig(lr=3e-3)
-  init, step = make_train_step(model, cfg, verbose=False)
-  state = init(model)
-  batch = make_train_batch(7)
-  batch = batch.replace(is_stale_b=None, advantages_b=np.array([1, -1] * 4, np.float32))
+    """After a few steps, completions with positive advantage gain probability, negative ones lose it."""
+    model = tiny_decoder(1)
+    cfg = RLConfig(lr=3e-3)
+    init, step = make_train_step(model, cfg, verbose=False)
+    state = init(model)
+    batch = make_train_batch(7)
+    batch = batch.replace(is_stale_b=None, advantages_b=np.array([1, -1] * 4, np.float32))
 
-  def mean_logp(params):
-    m = nnx.merge(nnx.split(model, nnx.Param)[0], params)
-    lp = np.asarray(token_logprobs(m, jnp.asarray(batch.tokens_bt), jnp.asarray(batch.positions_bt), jnp.asarray(batch.valid_bt)))
-    mask = np.asarray(batch.loss_mask_bt)
-    return (lp * mask).sum(1) / np.maximum(mask.sum(1), 1)
+    def mean_logp(params):
+        m = nnx.merge(nnx.split(model, nnx.Param)[0], params)
+        lp = np.asarray(token_logprobs(m, jnp.asarray(batch.tokens_bt), jnp.asarray(batch.positions_bt), jnp.asarray(batch.valid_bt)))
+        mask = np.asarray(batch.loss_mask_bt)
+        return (lp * mask).sum(1) / np.maximum(mask.sum(1), 1)
 
-  before = mean_logp(state.params)
-  for _ in range(3):
-    state, _ = step(state, batch)
-  delta = mean_logp(state.params) - before
-  assert np.all(delta[0:6:2] > 0) and np.all(delta[1:7:2] < 0), delta
+    before = mean_logp(state.params)
+    for _ in range(3):
+        state, _ = step(state, batch)
+    delta = mean_logp(state.params) - before
+    assert np.all(delta[0:6:2] > 0) and np.all(delta[1:7:2] < 0), delta
 
 
 def test_bf16_compute_keeps_fp32_master_params(single):
-  state, hist = _run(CFG.replace(compute_dtype="bfloat16"), steps=1)
-  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.params))
-  np.testing.assert_allclose(hist[0]["loss"], single[1][0]["loss"], rtol=0.05, atol=0.02)
-  # A bfloat16-stored model also trains fp32 masters, and writes bfloat16 back.
-  model = tiny_decoder(0, param_dtype=jnp.bfloat16, dtype=jnp.bfloat16)
-  init, step = make_train_step(model, CFG, verbose=False)
-  state = init(model)
-  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.params))
-  state, _ = step(state, make_train_batch(0, ref=True))
-  step.write_params(model, state)
-  assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    state, hist = _run(CFG.replace(compute_dtype="bfloat16"), steps=1)
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.params))
+    np.testing.assert_allclose(hist[0]["loss"], single[1][0]["loss"], rtol=0.05, atol=0.02)
+    # A bfloat16-stored model also trains fp32 masters, and writes bfloat16 back.
+    model = tiny_decoder(0, param_dtype=jnp.bfloat16, dtype=jnp.bfloat16)
+    init, step = make_train_step(model, CFG, verbose=False)
+    state = init(model)
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.params))
+    state, _ = step(state, make_train_batch(0, ref=True))
+    step.write_params(model, state)
+    assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
 def test_write_params_copies_into_the_model(single):
-  state, _ = single
-  model = tiny_decoder(0)
-  _, step = make_train_step(model, CFG, verbose=False)
-  step.write_params(model, state)
-  got = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(state.params)):
-    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    assert a is not b  # a copy: the next step may donate the state's buffers
-  shared = step.sampling_model(state, model)
-  assert jax.tree.leaves(nnx.state(shared, nnx.Param))[0] is jax.tree.leaves(state.params)[0]
+    state, _ = single
+    model = tiny_decoder(0)
+    _, step = make_train_step(model, CFG, verbose=False)
+    step.write_params(model, state)
+    got = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(state.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert a is not b  # a copy: the next step may donate the state's buffers
+    shared = step.sampling_model(state, model)
+    assert jax.tree.leaves(nnx.state(shared, nnx.Param))[0] is jax.tree.leaves(state.params)[0]
 
 
 def test_batch_must_divide_into_micro_batches():
-  model = tiny_decoder(0)
-  _, step = make_train_step(model, RLConfig(micro_batches=3), verbose=False)
-  with pytest.raises(ValueError, match="multiple of micro_batches"):
-    step.place_batch(make_train_batch(0, batch=8))
-  with pytest.raises(ValueError, match="exactly one of advantages_b"):
-    step.place_batch(make_train_batch(0).replace(advantages_bt=np.zeros((8, 12), np.float32)))
+    model = tiny_decoder(0)
+    _, step = make_train_step(model, RLConfig(micro_batches=3), verbose=False)
+    with pytest.raises(ValueError, match="multiple of micro_batches"):
+        step.place_batch(make_train_batch(0, batch=8))
+    with pytest.raises(ValueError, match="exactly one of advantages_b"):
+        step.place_batch(make_train_batch(0).replace(advantages_bt=np.zeros((8, 12), np.float32)))
 
 
 def test_optimizer_matches_torch_adamw_with_clipping():
-  """Clip-by-global-norm + AdamW (SPADE's betas and decay; 1-D params not decayed) vs torch."""
-  cfg = RLConfig(lr=1e-2, grad_clip=0.5)
-  rng = np.random.default_rng(0)
-  params = {"w": rng.normal(size=(3, 4)).astype(np.float32), "norm": rng.normal(size=(4,)).astype(np.float32)}
-  grads = [{k: rng.normal(size=v.shape).astype(np.float32) for k, v in params.items()} for _ in range(3)]
-  opt = make_optimizer(cfg)
-  state = opt.init(params)
-  p = params
-  for g in grads:
-    upd, state = opt.update(g, state, p)
-    p = optax.apply_updates(p, upd)
-  tw = torch.nn.Parameter(torch.tensor(params["w"]))
-  tn = torch.nn.Parameter(torch.tensor(params["norm"]))
-  topt = torch.optim.AdamW(
-      [{"params": [tw], "weight_decay": 0.1}, {"params": [tn], "weight_decay": 0.0}],
-      lr=1e-2, betas=(0.9, 0.98), eps=1e-8,
-  )
-  for g in grads:
-    tw.grad, tn.grad = torch.tensor(g["w"]), torch.tensor(g["norm"])
-    torch.nn.utils.clip_grad_norm_([tw, tn], 0.5)
-    topt.step()
-  np.testing.assert_allclose(np.asarray(p["w"]), tw.detach().numpy(), rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(np.asarray(p["norm"]), tn.detach().numpy(), rtol=1e-5, atol=1e-6)
+    """Clip-by-global-norm + AdamW (SPADE's betas and decay; 1-D params not decayed) vs torch."""
+    cfg = RLConfig(lr=1e-2, grad_clip=0.5)
+    rng = np.random.default_rng(0)
+    params = {"w": rng.normal(size=(3, 4)).astype(np.float32), "norm": rng.normal(size=(4,)).astype(np.float32)}
+    grads = [{k: rng.normal(size=v.shape).astype(np.float32) for k, v in params.items()} for _ in range(3)]
+    opt = make_optimizer(cfg)
+    state = opt.init(params)
+    p = params
+    for g in grads:
+        upd, state = opt.update(g, state, p)
+        p = optax.apply_updates(p, upd)
+    tw = torch.nn.Parameter(torch.tensor(params["w"]))
+    tn = torch.nn.Parameter(torch.tensor(params["norm"]))
+    topt = torch.optim.AdamW(
+        [{"params": [tw], "weight_decay": 0.1}, {"params": [tn], "weight_decay": 0.0}],
+        lr=1e-2, betas=(0.9, 0.98), eps=1e-8,
+    )
+    for g in grads:
+        tw.grad, tn.grad = torch.tensor(g["w"]), torch.tensor(g["norm"])
+        torch.nn.utils.clip_grad_norm_([tw, tn], 0.5)
+        topt.step()
+    np.testing.assert_allclose(np.asarray(p["w"]), tw.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(p["norm"]), tn.detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow
 def test_sharded_step_on_8_cpu_devices_equals_unsharded(tmp_path):
-  script = os.path.join(os.path.dirname(__file__), "sharded_train_check.py")
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-  out = subprocess.run([sys.executable, script, str(tmp_path / "ckpt")], capture_output=True, text=True, env=env, timeout=600,
-                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(script))))
-  assert out.returncode == 0, out.stderr[-3000:]
-  result = json.loads(out.stdout.strip().splitlines()[-1])
-  assert result["sharded_params"] > 0  # the check really sharded something
-  assert result["param_diff"] < 1e-6, result
-  assert result["metric_diff"] < 1e-5, result
+    script = os.path.join(os.path.dirname(__file__), "sharded_train_check.py")
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, script, str(tmp_path / "ckpt")], capture_output=True, text=True, env=env, timeout=600,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(script))))
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["sharded_params"] > 0  # the check really sharded something
+    assert result["param_diff"] < 1e-6, result
+    assert result["metric_diff"] < 1e-5, result
