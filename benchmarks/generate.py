@@ -2,7 +2,8 @@
 SmolLM2-135M weights from the embedded GGUF, float32, greedy), prompt ~40 tokens + 64 new tokens.
 
     .venv/bin/python benchmarks/generate.py [--batches 1,16] [--new-tokens 64] [--repeats 3]
-        [--torch-threads N] [--dtype float32|bfloat16]
+        [--torch-threads N] [--dtype float32|bfloat16] [--baseline-dtype float32|bfloat16]
+        [--model PRESET --random-weights]
 
 Prints tokens/s for both (best call) and their ratio per batch size: the median over calls made
 back to back (ours, then transformers, `--repeats` times, so both see the same state of a shared
@@ -10,7 +11,15 @@ machine), with its range and the ratio of the two best calls; our compile time i
 separately (first call minus a steady call). Both sides generate exactly --new-tokens per row (EOS ignored /
 suppressed) so they do the same work, and our prompt-prefix reuse is off (each call prefills its
 prompts in full, as transformers does). `--dtype bfloat16` runs our side with bf16 weights and
-activations (float32 accumulation) against the same float32 baseline: a speed option, not parity.
+activations (float32 accumulation) against the same float32 baseline: a speed option, not parity;
+`--baseline-dtype bfloat16` runs transformers in bf16 too (the fair pairing on a GPU). The baseline
+runs on CUDA when PyTorch sees a GPU, else on the CPU.
+
+`--random-weights` initialises the preset's architecture randomly instead of loading weights, with
+prompts of random token ids of SmolLM2-like lengths (34-46 tokens); transformers loads the same
+random weights from an HF directory we export. Under greedy decoding with EOS ignored the work does
+not depend on the weights' values, so this measures the same speed where the 98 MB GGUF cannot
+travel (the GPU machine) and for architecture presets without local weights (`--model qwen3-1.7b`).
 
 It also prints the roofline of one decode step: its time is measured by differencing a run of
 --new-tokens and one of half as many (prefill cancels out), and compared with the time to read the
@@ -24,8 +33,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -34,7 +45,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from spade_jax.models.registry import EMBEDDED_GGUF, embedded_gguf_path, load_model  # noqa: E402
+from spade_jax.models.hf import export_hf  # noqa: E402
+from spade_jax.models.presets import get_preset, init_decoder  # noqa: E402
+from spade_jax.models.registry import EMBEDDED_GGUF, EMBEDDED_MODEL, embedded_gguf_path, load_model  # noqa: E402
 from spade_jax.sampling import Sampler, SamplingConfig, _bucket  # noqa: E402
 
 QUESTIONS = [
@@ -51,6 +64,12 @@ HBM_BYTES_PER_S = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12}  # spec shee
 def _prompts(tokenizer, batch: int) -> list[list[int]]:
     return [tokenizer.encode_chat([{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}])
             for i in range(batch)]
+
+
+def _random_prompts(vocab_size: int, batch: int) -> list[list[int]]:
+    """Token ids drawn at random, 34-46 per row (the chat prompts above are 35-45 SmolLM2 tokens)."""
+    rng = np.random.default_rng(0)
+    return [rng.integers(3, vocab_size, size=34 + (i * 5) % 13).tolist() for i in range(batch)]
 
 
 def _time(fn, repeats: int) -> list[float]:
@@ -74,33 +93,43 @@ def ours_runner(model, tokenizer, prompts, new_tokens):
     return first_s, lambda: sampler.generate(prompts, config), sampler
 
 
-def transformers_runner(prompts, new_tokens, pad_id, threads=0):
-    """(seconds of the first call, a function that makes one call, torch threads)."""
+def transformers_runner(prompts, new_tokens, pad_id, threads=0, hf_dir=None, dtype="float32"):
+    """(seconds of the first call, a function that makes one call, torch threads, torch device).
+
+    Loads the embedded GGUF, or the HF directory `hf_dir` when given; runs on CUDA if PyTorch sees it.
+    """
     import torch  # noqa: PLC0415
     import transformers  # noqa: PLC0415
 
     if threads:
         torch.set_num_threads(threads)
-    folder = os.path.dirname(embedded_gguf_path())
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        folder, gguf_file=EMBEDDED_GGUF, dtype=torch.float32
-    ).eval()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch_dtype = getattr(torch, dtype)
+    if hf_dir is None:
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            os.path.dirname(embedded_gguf_path()), gguf_file=EMBEDDED_GGUF, dtype=torch_dtype)
+    else:
+        model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch_dtype)
+    model = model.to(device).eval()
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for row, p in enumerate(prompts):  # left padding, as decoder-only generation needs
         ids[row, width - len(p):] = torch.tensor(p)
         mask[row, width - len(p):] = 1
+    ids, mask = ids.to(device), mask.to(device)
 
     def run():
         with torch.no_grad():
             out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=new_tokens,
                                  min_new_tokens=new_tokens, pad_token_id=pad_id)
+        if device == "cuda":
+            torch.cuda.synchronize()
         assert out.shape[1] == width + new_tokens
 
     start = time.perf_counter()
     run()
-    return time.perf_counter() - start, run, torch.get_num_threads()
+    return time.perf_counter() - start, run, torch.get_num_threads(), device
 
 
 def alternated(runs, repeats: int) -> list[list[float]]:
@@ -128,9 +157,11 @@ def read_bandwidth(gib: float = 1.0, repeats: int = 5) -> float:
     return data.nbytes / best
 
 
-def matmul_flops(size: int = 2048, repeats: int = 5) -> float:
-    """FLOP/s of a jitted float32 size^3 matmul: what this backend's dense kernels reach."""
-    a = jnp.ones((size, size), jnp.float32)
+def matmul_flops(dtype=jnp.float32, repeats: int = 5) -> float:
+    """FLOP/s of a jitted square matmul in `dtype` (2048^3 on a CPU, 8192^3 on an accelerator): what
+    this backend's dense kernels reach."""
+    size = 2048 if jax.default_backend() == "cpu" else 8192
+    a = jnp.ones((size, size), dtype)
     mm = jax.jit(jnp.matmul)
     mm(a, a).block_until_ready()
     best = min(_time(lambda: mm(a, a).block_until_ready(), repeats))
@@ -166,29 +197,51 @@ def main():
     parser.add_argument("--skip-transformers", action="store_true")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                         help="our weights and activations (the baseline stays float32)")
+    parser.add_argument("--baseline-dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="transformers' weights and activations")
+    parser.add_argument("--model", default=EMBEDDED_MODEL,
+                        help="preset name (the embedded SmolLM2 loads its GGUF unless --random-weights)")
+    parser.add_argument("--random-weights", action="store_true",
+                        help="random init of the preset's architecture; random prompt ids (see above)")
     parser.add_argument("--torch-threads", type=int, default=0,
                         help="torch.set_num_threads for the baseline (0: PyTorch's default); on a loaded "
                              "machine 1 avoids OpenMP oversubscription that slows PyTorch far more than XLA")
     args = parser.parse_args()
 
     dtype = jnp.dtype(args.dtype)
-    model, tokenizer, spec = load_model("smollm2-135m-instruct", dtype=dtype, param_dtype=dtype)
+    hf_dir = None
+    if args.random_weights:
+        spec = get_preset(args.model)
+        model = init_decoder(spec, dtype=dtype, param_dtype=dtype)
+        tokenizer = load_model("tiny").tokenizer  # byte-level; only its pad id and EOS are used
+        if not args.skip_transformers:
+            hf_dir = tempfile.mkdtemp(prefix="generate-bench-")
+            export_hf(model, hf_dir)
+    else:
+        model, tokenizer, spec = load_model(args.model, dtype=dtype, param_dtype=dtype)
     print(f"backend={jax.default_backend()} devices={len(jax.devices())} cpus={os.cpu_count()} "
-          f"load average={os.getloadavg()[0]:.1f} (other processes share these cores)")
+          f"load average={os.getloadavg()[0]:.1f} (other processes share these cores) "
+          f"model={args.model}{' (random weights)' if args.random_weights else ''}")
     kind = getattr(jax.devices()[0], "device_kind", "")
-    bandwidth = next((v for k, v in HBM_BYTES_PER_S.items() if k in kind), None) or read_bandwidth()
-    flops = matmul_flops()
-    print(f"{kind}: read bandwidth {bandwidth / 1e9:.1f} GB/s, float32 matmul {flops / 1e9:.1f} GFLOP/s")
+    measured = read_bandwidth()
+    bandwidth = next((v for k, v in HBM_BYTES_PER_S.items() if k in kind), None) or measured
+    flops = matmul_flops(dtype)
+    print(f"{kind}: read bandwidth {bandwidth / 1e9:.1f} GB/s (measured by a reduction: "
+          f"{measured / 1e9:.1f}), {args.dtype} matmul {flops / 1e12:.2f} TFLOP/s")
     rows = []
     for batch in [int(b) for b in args.batches.split(",")]:
-        prompts = _prompts(tokenizer, batch)
+        if args.random_weights:
+            prompts = _random_prompts(spec.vocab_size, batch)
+        else:
+            prompts = _prompts(tokenizer, batch)
         mean_len = float(np.mean([len(p) for p in prompts]))
         first_s, ours_run, sampler = ours_runner(model, tokenizer, prompts, args.new_tokens)
         _, half_run, _ = ours_runner(model, tokenizer, prompts, args.new_tokens // 2)
         runs = [ours_run, half_run]
         if not args.skip_transformers:
-            ref_first_s, ref_run, threads = transformers_runner(
-                prompts, args.new_tokens, tokenizer.pad_token_id, args.torch_threads)
+            ref_first_s, ref_run, threads, torch_device = transformers_runner(
+                prompts, args.new_tokens, tokenizer.pad_token_id, args.torch_threads, hf_dir,
+                args.baseline_dtype)
             runs.append(ref_run)
         times = alternated(runs, args.repeats)
         ours = _summary(times[0], first_s, batch, args.new_tokens)
@@ -203,6 +256,8 @@ def main():
         if not args.skip_transformers:
             ref = _summary(times[2], ref_first_s, batch, args.new_tokens)
             ref["threads"] = threads
+            ref["device"] = torch_device
+            ref["dtype"] = args.baseline_dtype
             row["transformers"] = ref
             paired = [theirs / mine for mine, theirs in zip(times[0], times[2])]
             row["ratio"] = statistics.median(paired)  # of calls made back to back
@@ -212,7 +267,9 @@ def main():
         line = (f"batch {batch:3d} prompt ~{mean_len:.0f} tok + {args.new_tokens} new: ours ({args.dtype}) "
                 f"{ours['tokens_per_s']:7.1f} tok/s (compile {ours['compile_s']:.1f} s)")
         if "transformers" in row:
-            line += (f" | transformers ({row['transformers']['threads']} threads) "
+            where = (f"{row['transformers']['threads']} threads" if torch_device == "cpu"
+                     else torch_device)
+            line += (f" | transformers ({where}, {args.baseline_dtype}) "
                      f"{row['transformers']['tokens_per_s']:7.1f} tok/s | ratio {row['ratio']:.2f}x "
                      f"(back-to-back pairs {row['ratio_range'][0]:.2f}-{row['ratio_range'][1]:.2f}x, "
                      f"bests {row['ratio_of_bests']:.2f}x)")
@@ -223,6 +280,8 @@ def main():
                  f"matmuls {1e3 * roof['compute_s']:.1f} ms)")
         print(line + f" [load {os.getloadavg()[0]:.1f}]", flush=True)
     print(json.dumps(rows))
+    if hf_dir is not None:
+        shutil.rmtree(hf_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

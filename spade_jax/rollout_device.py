@@ -615,7 +615,7 @@ class DeviceRollout:
         first_w = self.first_slots(hint_tokens.shape[1])
         first_tokens, _, first_len = _place(first_pieces, first_w, right=False)
         tokens0, valid0, _ = _place(first_pieces, first_w, right=True)
-        cache = model.new_cache(batch, slots, jnp.dtype(self.sampling.cache_dtype))
+        cache = model.new_cache(batch, slots, jnp.dtype(self.sampling.kv_cache_dtype(model.dtype)))
         n = self.cache_windows
         windows = sorted({min(slots, -(-slots * k // (n * block)) * block) for k in range(1, n + 1)})
 

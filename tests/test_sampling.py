@@ -258,6 +258,18 @@ def test_generate_rejects_bad_input(sampler):
         SamplingConfig(top_p=0.0)
 
 
+def test_auto_cache_dtype_is_float32_on_cpu_and_the_compute_dtype_on_an_accelerator(monkeypatch):
+    auto = SamplingConfig()
+    assert auto.kv_cache_dtype(jnp.bfloat16) == "float32"  # this test runs on XLA:CPU
+    assert SamplingConfig(cache_dtype="bfloat16").kv_cache_dtype(jnp.float32) == "bfloat16"
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert auto.kv_cache_dtype(jnp.bfloat16) == "bfloat16"
+    assert auto.kv_cache_dtype(jnp.float32) == "float32"
+    assert SamplingConfig(cache_dtype="float32").kv_cache_dtype(jnp.bfloat16) == "float32"
+    with pytest.raises(ValueError, match="cache_dtype must be auto"):
+        SamplingConfig(cache_dtype="int8")
+
+
 def test_sampler_under_8_device_mesh_matches_single_device(tmp_path):
     script = tmp_path / "mesh_check.py"
     script.write_text(
