@@ -3,7 +3,7 @@ SmolLM2-135M weights from the embedded GGUF, float32, greedy), prompt ~40 tokens
 
     .venv/bin/python benchmarks/generate.py [--batches 1,16] [--new-tokens 64] [--repeats 3]
         [--torch-threads N] [--dtype float32|bfloat16] [--baseline-dtype float32|bfloat16]
-        [--model PRESET --random-weights]
+        [--model HF_DIR | --model PRESET --random-weights]
 
 Prints tokens/s for both (best call) and their ratio per batch size: the median over calls made
 back to back (ours, then transformers, `--repeats` times, so both see the same state of a shared
@@ -196,11 +196,12 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-transformers", action="store_true")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                        help="our weights and activations (the baseline stays float32)")
+                        help="our weights and activations (the baseline's: --baseline-dtype)")
     parser.add_argument("--baseline-dtype", default="float32", choices=("float32", "bfloat16"),
                         help="transformers' weights and activations")
     parser.add_argument("--model", default=EMBEDDED_MODEL,
-                        help="preset name (the embedded SmolLM2 loads its GGUF unless --random-weights)")
+                        help="the embedded SmolLM2 (its GGUF), an HF model directory (both sides load it), "
+                             "or with --random-weights any preset")
     parser.add_argument("--random-weights", action="store_true",
                         help="random init of the preset's architecture; random prompt ids (see above)")
     parser.add_argument("--torch-threads", type=int, default=0,
@@ -209,16 +210,20 @@ def main():
     args = parser.parse_args()
 
     dtype = jnp.dtype(args.dtype)
-    hf_dir = None
+    hf_dir, exported = None, False  # what transformers loads (None: the embedded GGUF)
     if args.random_weights:
         spec = get_preset(args.model)
         model = init_decoder(spec, dtype=dtype, param_dtype=dtype)
         tokenizer = load_model("tiny").tokenizer  # byte-level; only its pad id and EOS are used
         if not args.skip_transformers:
-            hf_dir = tempfile.mkdtemp(prefix="generate-bench-")
+            hf_dir, exported = tempfile.mkdtemp(prefix="generate-bench-"), True
             export_hf(model, hf_dir)
-    else:
+    elif args.model == EMBEDDED_MODEL or os.path.isdir(args.model):
         model, tokenizer, spec = load_model(args.model, dtype=dtype, param_dtype=dtype)
+        hf_dir = None if args.model == EMBEDDED_MODEL else args.model
+    else:
+        parser.error(f"--model {args.model}: use {EMBEDDED_MODEL}, an HF model directory, or a preset "
+                     "with --random-weights")
     print(f"backend={jax.default_backend()} devices={len(jax.devices())} cpus={os.cpu_count()} "
           f"load average={os.getloadavg()[0]:.1f} (other processes share these cores) "
           f"model={args.model}{' (random weights)' if args.random_weights else ''}")
@@ -280,7 +285,7 @@ def main():
                  f"matmuls {1e3 * roof['compute_s']:.1f} ms)")
         print(line + f" [load {os.getloadavg()[0]:.1f}]", flush=True)
     print(json.dumps(rows))
-    if hf_dir is not None:
+    if exported:
         shutil.rmtree(hf_dir, ignore_errors=True)
 
 
