@@ -228,11 +228,17 @@ def play_episodes(
         traj.truncated = True
         traj.cut_by_context = len(traj.tokens) >= config.max_context_tokens
     for traj in trajectories:
-        if len(traj.tokens) > config.max_context_tokens:
-            keep = config.max_context_tokens
-            traj.tokens, traj.loss_mask = traj.tokens[:keep], traj.loss_mask[:keep]
-            traj.behaviour_logprobs = traj.behaviour_logprobs[:keep]
-            traj.cut_by_context = True
-        if traj.truncated and not config.loss_on_truncated:
-            traj.loss_mask = [0] * len(traj.loss_mask)
+        clip_to_context(traj, config)
     return trajectories
+
+
+def clip_to_context(traj: Trajectory, config: RolloutConfig) -> None:
+    """Cuts a finished trajectory at the context limit and masks a truncated one's loss unless
+    `loss_on_truncated` (shared by the host and device loops)."""
+    if len(traj.tokens) > config.max_context_tokens:
+        keep = config.max_context_tokens
+        traj.tokens, traj.loss_mask = traj.tokens[:keep], traj.loss_mask[:keep]
+        traj.behaviour_logprobs = traj.behaviour_logprobs[:keep]
+        traj.cut_by_context = True
+    if traj.truncated and not config.loss_on_truncated:
+        traj.loss_mask = [0] * len(traj.loss_mask)

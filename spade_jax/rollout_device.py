@@ -37,7 +37,7 @@ import numpy as np
 from flax import nnx
 
 from spade_jax.models.decoder import rope_tables
-from spade_jax.rollout import RolloutConfig, Trajectory
+from spade_jax.rollout import RolloutConfig, Trajectory, clip_to_context
 from spade_jax.sampling import SamplingConfig, _choose, _knobs, _Mode
 
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")  # the library's action idiom: the last \boxed{...}
@@ -825,13 +825,7 @@ class DeviceRollout:
                 traj.truncated = True
                 traj.cut_by_context = len(traj.tokens) >= config.max_context_tokens or (
                     int(out["turns"]) < config.max_turns and len(traj.tokens) < config.max_context_tokens)
-            if len(traj.tokens) > config.max_context_tokens:
-                keep = config.max_context_tokens
-                traj.tokens, traj.loss_mask = traj.tokens[:keep], traj.loss_mask[:keep]
-                traj.behaviour_logprobs = traj.behaviour_logprobs[:keep]
-                traj.cut_by_context = True
-            if traj.truncated and not config.loss_on_truncated:
-                traj.loss_mask = [0] * len(traj.loss_mask)
+            clip_to_context(traj, config)
             trajectories.append(traj)
         return trajectories
 
