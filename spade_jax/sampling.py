@@ -13,6 +13,7 @@ Across calls the Sampler keeps the last cache and feeds only what a new prompt a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -24,7 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from spade_jax.models.decoder import KVCache, Packing, rope_tables
+from spade_jax import kernels
+from spade_jax.models.decoder import KVCache, Packing, pack_decode_weights, packed_weights, rope_tables
 
 FINISH_REASONS = ("eos", "stop", "length")
 _SAMPLE_BLOCK = 128  # vocabulary block for two-level inverse-CDF sampling (no sort, no Gumbel noise)
@@ -81,6 +83,10 @@ class SamplingConfig:
     # dtype on an accelerator (a GPU trace of a bf16 model over an f32 cache spent ~10% of each
     # decode step converting every layer's cache window to bf16).
     cache_dtype: str = "auto"
+    # Decode matmuls on a CPU: "auto" uses the packed float32 kernel (`spade_jax.kernels`) for a
+    # float32 model on one AVX-512 CPU device where it builds, "xla" always XLA's dot. The kernel
+    # keeps a packed copy of the weights per parameter version (the model's size again).
+    cpu_kernel: str = "auto"
     # Host-only: feed only the new tail of prompts that extend the previous call's rows (same results).
     # compare=False keeps it out of ==/hash, so caches keyed by a config never split over it.
     reuse_prefix: bool = dataclasses.field(default=True, compare=False)
@@ -104,6 +110,8 @@ class SamplingConfig:
             raise ValueError(f"new_token_bucket must be >= 1, got {self.new_token_bucket}")
         if self.cache_dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"cache_dtype must be auto, float32, bfloat16 or float16, got {self.cache_dtype}")
+        if self.cpu_kernel not in ("auto", "xla"):
+            raise ValueError(f"cpu_kernel must be auto or xla, got {self.cpu_kernel}")
 
     def kv_cache_dtype(self, compute_dtype) -> str:
         """The KV cache dtype's name for a model computing in `compute_dtype` (resolves "auto")."""
@@ -280,8 +288,11 @@ def _prefill(graphdef, params, tokens, valid_bt, positions, rope, packing, *, sl
 
 
 def _decode(graphdef, params, cache, logits_bv, last_pos_b, live_b, row_ids, key, max_new, knobs,
-            stop_ids, *, mode: _Mode, new_room: int):
+            stop_ids, packed_head=None, *, mode: _Mode, new_room: int, packed: bool = False):
     """Sample up to `max_new` tokens. Budget, knobs and stop ids are traced: they never recompile.
+
+    `packed`: `params` come from `_packed_params` (and `packed_head` with them), and the steps'
+    matmuls run `kernels.packed_matmul`.
 
     `stop_ids` [n, 2] holds (token id, 1 for EOS / 2 for a stop token); id -1 never matches.
     `row_ids` [B] is each row's index in the caller's batch: its random draws depend on that, not on
@@ -329,9 +340,18 @@ def _decode(graphdef, params, cache, logits_bv, last_pos_b, live_b, row_ids, key
         return step + 1, token, cache, done, reason, pos, next_rope(pos), count, outs
 
     carry = (jnp.int32(1), token, cache, done, reason, last_pos_b, next_rope(last_pos_b), count, outs)
-    _, _, cache, done, reason, _, _, count, outs = jax.lax.while_loop(cond, body, carry)
+    with packed_weights(packed_head) if packed else contextlib.nullcontext():  # the body is traced here
+        _, _, cache, done, reason, _, _, count, outs = jax.lax.while_loop(cond, body, carry)
     tokens, lp, slp = outs
     return tokens, lp, slp, count, reason, cache
+
+
+def _packed_params(graphdef, params):
+    """The decode-step weights in `kernels.pack` order (other leaves returned as they are) and the
+    packed output projection: see `pack_decode_weights`."""
+    model = nnx.merge(graphdef, params)
+    head = pack_decode_weights(model)
+    return nnx.split(model)[1], head
 
 
 def _grow(cache, *, slots: int, cache_sharding):
@@ -358,12 +378,31 @@ def _extend(graphdef, params, cache, tokens_bt, valid_bt, keep_b, positions_bt, 
 
 # Process-wide: every Sampler over models of the same structure shares the compiled programs.
 _PREFILL = jax.jit(_prefill, static_argnums=0, static_argnames=("slots", "cache_dtype", "cache_sharding"))
-_DECODE = jax.jit(_decode, static_argnums=0, static_argnames=("mode", "new_room"), donate_argnums=(2,))
+_DECODE = jax.jit(_decode, static_argnums=0, static_argnames=("mode", "new_room", "packed"), donate_argnums=(2,))
+_PACK = jax.jit(_packed_params, static_argnums=0)
 _EXTEND = jax.jit(_extend, static_argnums=0, donate_argnums=(2,))
 _ROPE = jax.jit(rope_tables, static_argnums=0)
 # A plain copy (a cheap compile per size pair), so the model-sized extend program compiles per cache
 # size only, not per (old size, new size).
 _GROW = jax.jit(_grow, static_argnames=("slots", "cache_sharding"))
+
+
+@dataclasses.dataclass
+class _ParamsVersion:
+    """Which model structure and exact parameter arrays something was computed from (weak refs:
+    holding it keeps no old parameters alive; a training update makes new arrays, so no match)."""
+
+    graphdef: object
+    refs: list
+
+    @classmethod
+    def of(cls, graphdef, params) -> "_ParamsVersion":
+        return cls(graphdef, [weakref.ref(x) for x in jax.tree.leaves(params)])
+
+    def matches(self, graphdef, params) -> bool:
+        leaves = jax.tree.leaves(params)
+        return (graphdef == self.graphdef and len(leaves) == len(self.refs)
+                and all(ref() is leaf for ref, leaf in zip(self.refs, leaves)))
 
 
 @dataclasses.dataclass
@@ -373,14 +412,17 @@ class _Kept:
     cache: KVCache
     rows: list[list[int]]  # per cache row: the tokens whose K/V it holds, in order ([] if none)
     index: int  # host copy of cache.index
-    graphdef: object  # the model structure and the exact parameter arrays the K/V came from
-    param_refs: list
+    params: _ParamsVersion  # the parameters the K/V came from
     cache_dtype: str
 
-    def same_params(self, graphdef, params) -> bool:
-        leaves = jax.tree.leaves(params)
-        return (graphdef == self.graphdef and len(leaves) == len(self.param_refs)
-                and all(ref() is leaf for ref, leaf in zip(self.param_refs, leaves)))
+
+@dataclasses.dataclass
+class _Packed:
+    """The packed decode weights of one parameter version (`_packed_params`)."""
+
+    params: _ParamsVersion
+    state: object
+    head: jax.Array | None
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -424,6 +466,7 @@ class Sampler:
         self._prefill, self._decode = _PREFILL, _DECODE
         self._stop_ids_cache: dict[tuple[str, ...], tuple[int, ...]] = {}
         self._kept: _Kept | None = None
+        self._packed: _Packed | None = None
         self.last_reused_tokens = 0  # prompt tokens the last call took from the kept cache (0: full prefill)
         self.last_fed_tokens = 0  # token rows the last call's prefill ran through the matmuls (padding included)
 
@@ -476,8 +519,23 @@ class Sampler:
         return sum(f._cache_size() for f in (self._prefill, self._decode, _EXTEND, _GROW))
 
     def forget(self) -> None:
-        """Drop the cache kept from the last call (its memory is freed; the next call prefills fully)."""
+        """Drop the cache kept from the last call and the packed decode weights (their memory is freed;
+        the next call prefills fully and packs again)."""
         self._kept = None
+        self._packed = None
+
+    def uses_cpu_kernel(self, config: SamplingConfig) -> bool:
+        """Whether `generate` with `config` decodes with `kernels.packed_matmul` (see `cpu_kernel`)."""
+        return (config.cpu_kernel == "auto" and jax.default_backend() == "cpu"
+                and (self.mesh is None or self.mesh.size == 1) and not self.model.scan_layers
+                and jnp.dtype(self.model.dtype) == jnp.float32 and kernels.preferred())
+
+    def _packed_for(self, graphdef, params) -> _Packed:
+        if self._packed is None or not self._packed.params.matches(graphdef, params):
+            self._packed = None  # free the old version before packing the new one
+            state, head = _PACK(graphdef, params)
+            self._packed = _Packed(_ParamsVersion.of(graphdef, params), state, head)
+        return self._packed
 
     def generate(
         self, prompts: Sequence[Sequence[int]], config: SamplingConfig, key: jax.Array | int = 0
@@ -574,10 +632,13 @@ class Sampler:
         live[rows_of] = True
         row_ids = np.arange(batch, dtype=np.int32) + len(prompts)  # rows without a prompt: any unused id
         row_ids[rows_of] = np.arange(len(prompts))
+        decode_params, head, packed = params, None, self.uses_cpu_kernel(config)
+        if packed:
+            decode_params, head = self._packed_for(graphdef, params).state, self._packed.head
         out = self._decode(
-            graphdef, params, cache, logits, last_pos, self._put_batch(live), self._put_batch(row_ids),
-            key, jnp.int32(config.max_new_tokens), _knobs(config), jnp.asarray(stop_ids, jnp.int32),
-            mode=mode, new_room=new_room,
+            graphdef, decode_params, cache, logits, last_pos, self._put_batch(live), self._put_batch(row_ids),
+            key, jnp.int32(config.max_new_tokens), _knobs(config), jnp.asarray(stop_ids, jnp.int32), head,
+            mode=mode, new_room=new_room, packed=packed,
         )
         *arrays, cache = out
         out_tokens, out_logp, out_slogp, count, reason, index = jax.device_get((*arrays, cache.index))
@@ -586,7 +647,7 @@ class Sampler:
             for prompt, row in zip(prompts, rows_of):
                 # The last sampled token was never fed through the model: its K/V are not in the cache.
                 held[row] = prompt + [int(t) for t in out_tokens[row, : max(int(count[row]) - 1, 0)]]
-            self._kept = _Kept(cache, held, int(index), graphdef, [weakref.ref(x) for x in jax.tree.leaves(params)],
+            self._kept = _Kept(cache, held, int(index), _ParamsVersion.of(graphdef, params),
                                config.kv_cache_dtype(self.model.dtype))
         order = np.asarray(rows_of)
         return self._finish(prompts, config, out_tokens[order], out_logp[order], out_slogp[order],
@@ -596,7 +657,7 @@ class Sampler:
         """(row of each prompt, tokens kept per row, left-padded tails and their mask, cache slots), or
         None when a full prefill is the right call (see `generate`)."""
         if (self.model.spec.sliding_layers or kept.cache_dtype != config.kv_cache_dtype(self.model.dtype)
-            or len(prompts) > len(kept.rows) or not kept.same_params(graphdef, params)):
+            or len(prompts) > len(kept.rows) or not kept.params.matches(graphdef, params)):
             return None
         rows = kept.rows
         free = set(range(len(rows)))

@@ -5,6 +5,8 @@ Parameters carry logical axis names (`logical_axes` metadata); `spade_jax.mesh` 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 
 import flax.struct
@@ -12,16 +14,70 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spade_jax import kernels
+
 from spade_jax.models.spec import ModelSpec
 
 _MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite, so fully padded rows stay NaN-free
 
 
+# Set while tracing code that reads weights rewritten by `pack_decode_weights`: holds the packed
+# output projection (or None when the vocabulary is not packable).
+_PACKED = contextvars.ContextVar("packed_decode_weights", default=None)
+
+
+@contextlib.contextmanager
+def packed_weights(head: jax.Array | None):
+    """Trace the model inside this to read the weights `pack_decode_weights` rewrote: `matmul` and
+    `Decoder.logits` then call `kernels.packed_matmul` instead of XLA's dot."""
+    token = _PACKED.set((head,))
+    try:
+        yield
+    finally:
+        _PACKED.reset(token)
+
+
 def matmul(x, w):
     """x @ w accumulated in float32 and returned in x's dtype. Asking for a float32 result is what
     lets XLA:CPU use its bf16 dot-product kernels (a bf16-out matmul falls back to a path ~7x slower);
-    accelerators accumulate in float32 anyway."""
+    accelerators accumulate in float32 anyway. Under `packed_weights`, w holds packed data."""
+    if _PACKED.get() is not None:
+        k = x.shape[-1]
+        n = w.size // k
+        if kernels.packable(k, n):
+            return kernels.packed_matmul(x, w.reshape(n // kernels.LANES, k, kernels.LANES))
     return jnp.matmul(x, w, preferred_element_type=jnp.float32).astype(x.dtype)
+
+
+def _packed_in_place(var: nnx.Variable, contracted: int) -> None:
+    """Reorder a weight whose first `contracted` axes are matmul's K into `kernels.pack` order,
+    keeping its shape (the modules' free reshapes then hand `matmul` the packed [K, N] view)."""
+    w = var.value
+    k = math.prod(w.shape[:contracted])
+    n = w.size // k
+    if kernels.packable(k, n):
+        var.value = kernels.pack(w.reshape(k, n)).reshape(w.shape)
+
+
+def pack_decode_weights(model: "Decoder") -> jax.Array | None:
+    """Rewrite every weight `matmul` reads (attention q/k/v/o, dense MLP gate/up/down) into the
+    packed order, in place, and return the packed output projection (None if the vocabulary is not
+    a multiple of 16). The model is then only fit to run under `packed_weights(head)`."""
+    if model.scan_layers or jnp.dtype(model.dtype) != jnp.float32:
+        raise ValueError("packed decode weights need a float32 model with scan_layers=False")
+    for _, module in nnx.iter_graph(model):
+        if isinstance(module, Attention):
+            for var, contracted in ((module.q, 1), (module.k, 1), (module.v, 1), (module.o, 2)):
+                _packed_in_place(var, contracted)
+        elif isinstance(module, MLP):
+            for var in (module.gate, module.up, module.down):
+                _packed_in_place(var, 1)
+    vocab, hidden = model.spec.vocab_size, model.spec.hidden_size
+    if not kernels.packable(hidden, vocab):
+        return None
+    if model.spec.tie_embeddings:
+        return kernels.pack_rows(model.embed.value.astype(jnp.float32))
+    return kernels.pack(model.lm_head.value.astype(jnp.float32))
 
 
 def _param(rngs: nnx.Rngs, shape, axes, param_dtype, scale: float | None = None, init="normal"):
@@ -532,6 +588,9 @@ class Decoder(nnx.Module):
 
     def logits(self, hidden_bte):
         """Output projection in float32."""
+        packed = _PACKED.get()
+        if packed is not None and packed[0] is not None:
+            return kernels.packed_matmul(hidden_bte.astype(jnp.float32), packed[0])
         if self.spec.tie_embeddings:
             w = self.embed[...].astype(self.dtype)
             return jnp.einsum("bte,ve->btv", hidden_bte, w, preferred_element_type=jnp.float32)
