@@ -10,7 +10,10 @@ the output projection over the vocabulary, on `--rows` rows, chained so nothing 
 Ours: `x @ w` with `[in, out]` weights (our layout) and the tied head as `[vocab, hidden]`;
 baseline: `torch.nn.functional.linear` with `[out, in]` weights (PyTorch's layout), no grad, its
 default threads. Both in float32 and in bfloat16 (float32 accumulation on our side). Prints each
-time, the ratio, and the FLOP rate against a jitted 2048^3 float32 matmul's.
+time, the ratio, and the FLOP rate against a jitted 2048^3 float32 matmul's. In float32 it also
+runs our packed kernel (`spade_jax.kernels.packed_matmul`, weights packed beforehand as the
+sampler keeps them), the one our decode steps use on AVX-512 CPUs, with the weight bytes it
+streams per second.
 """
 
 from __future__ import annotations
@@ -74,6 +77,17 @@ def time_ours(layers, head, rows, dtype, repeats) -> float:
     return _best(lambda: step(x, ws, hd).block_until_ready(), repeats)
 
 
+def time_packed(layers, head, rows, repeats) -> float:
+    from spade_jax import kernels  # noqa: PLC0415
+
+    ws = jax.jit(lambda ls: [[kernels.pack(w) for w in layer] for layer in ls])(
+        [[jnp.asarray(w) for w in layer] for layer in layers])
+    hd = jax.jit(kernels.pack_rows)(jnp.asarray(head))
+    step = jax.jit(lambda x, ws, hd: chain(x, ws, hd, kernels.packed_matmul, kernels.packed_matmul))
+    x = jnp.ones((rows, head.shape[1]), jnp.float32)
+    return _best(lambda: step(x, ws, hd).block_until_ready(), repeats)
+
+
 def time_torch(layers, head, rows, dtype, repeats) -> float:
     import torch  # noqa: PLC0415
 
@@ -111,6 +125,16 @@ def main():
         print(f"{dtype:8s}: ours {ours * 1e3:6.1f} ms ({flops / ours / 1e9:5.0f} GFLOP/s, {flops / ours / peak:4.0%} of "
               f"the 2048^3 rate) | torch {theirs * 1e3:6.1f} ms ({flops / theirs / 1e9:5.0f} GFLOP/s) | "
               f"ratio {theirs / ours:.2f}x", flush=True)
+        if dtype == "float32":
+            from spade_jax import kernels  # noqa: PLC0415
+
+            if not kernels.available():
+                print(f"float32 packed kernel: unavailable ({kernels.unavailable_reason()})")
+                continue
+            packed = time_packed(layers, head, args.rows, args.repeats)
+            print(f"float32 packed kernel: {packed * 1e3:6.1f} ms ({flops / packed / 1e9:5.0f} GFLOP/s, "
+                  f"{4 * params / packed / 1e9:.1f} GB/s of weights) | XLA {ours / packed:.2f}x slower | "
+                  f"torch {theirs / packed:.2f}x slower", flush=True)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ SmolLM2-135M weights from the embedded GGUF, float32, greedy), prompt ~40 tokens
 
     .venv/bin/python benchmarks/generate.py [--batches 1,16] [--new-tokens 64] [--repeats 3]
         [--torch-threads N] [--dtype float32|bfloat16] [--baseline-dtype float32|bfloat16]
-        [--model HF_DIR | --model PRESET --random-weights]
+        [--model HF_DIR | --model PRESET --random-weights] [--cpu-kernel auto|xla]
 
 Prints tokens/s for both (best call) and their ratio per batch size: the median over calls made
 back to back (ours, then transformers, `--repeats` times, so both see the same state of a shared
@@ -13,7 +13,8 @@ suppressed) so they do the same work, and our prompt-prefix reuse is off (each c
 prompts in full, as transformers does). `--dtype bfloat16` runs our side with bf16 weights and
 activations (float32 accumulation) against the same float32 baseline: a speed option, not parity;
 `--baseline-dtype bfloat16` runs transformers in bf16 too (the fair pairing on a GPU). The baseline
-runs on CUDA when PyTorch sees a GPU, else on the CPU.
+runs on CUDA when PyTorch sees a GPU, else on the CPU. `--cpu-kernel xla` turns off our packed
+float32 decode kernel (`SamplingConfig.cpu_kernel`; on by default on AVX-512 CPUs): the A/B of it.
 
 `--random-weights` initialises the preset's architecture randomly instead of loading weights, with
 prompts of random token ids of SmolLM2-like lengths (34-46 tokens); transformers loads the same
@@ -81,11 +82,12 @@ def _time(fn, repeats: int) -> list[float]:
     return times
 
 
-def ours_runner(model, tokenizer, prompts, new_tokens):
-    """(seconds of the first call, which compiles; a function that makes one steady call)."""
+def ours_runner(model, tokenizer, prompts, new_tokens, cpu_kernel="auto"):
+    """(seconds of the first call, which compiles and packs the decode weights; a function that
+    makes one steady call; the sampler)."""
     sampler = Sampler(model, tokenizer)
     config = SamplingConfig(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True,
-                            reuse_prefix=False)
+                            reuse_prefix=False, cpu_kernel=cpu_kernel)
     start = time.perf_counter()
     first = sampler.generate(prompts, config)
     first_s = time.perf_counter() - start
@@ -204,6 +206,8 @@ def main():
                              "or with --random-weights any preset")
     parser.add_argument("--random-weights", action="store_true",
                         help="random init of the preset's architecture; random prompt ids (see above)")
+    parser.add_argument("--cpu-kernel", default="auto", choices=("auto", "xla"),
+                        help="our decode matmuls on a CPU: the packed float32 kernel where it applies, or XLA's dot")
     parser.add_argument("--torch-threads", type=int, default=0,
                         help="torch.set_num_threads for the baseline (0: PyTorch's default); on a loaded "
                              "machine 1 avoids OpenMP oversubscription that slows PyTorch far more than XLA")
@@ -240,8 +244,8 @@ def main():
         else:
             prompts = _prompts(tokenizer, batch)
         mean_len = float(np.mean([len(p) for p in prompts]))
-        first_s, ours_run, sampler = ours_runner(model, tokenizer, prompts, args.new_tokens)
-        _, half_run, _ = ours_runner(model, tokenizer, prompts, args.new_tokens // 2)
+        first_s, ours_run, sampler = ours_runner(model, tokenizer, prompts, args.new_tokens, args.cpu_kernel)
+        _, half_run, _ = ours_runner(model, tokenizer, prompts, args.new_tokens // 2, args.cpu_kernel)
         runs = [ours_run, half_run]
         if not args.skip_transformers:
             ref_first_s, ref_run, threads, torch_device = transformers_runner(
@@ -252,6 +256,8 @@ def main():
         ours = _summary(times[0], first_s, batch, args.new_tokens)
         ours["compile_s"] = max(first_s - ours["best_s"], 0.0)
         ours["compiles"] = sampler.compile_count
+        ours["decode_matmul"] = ("packed kernel" if sampler.uses_cpu_kernel(SamplingConfig(cpu_kernel=args.cpu_kernel))
+                                 else "xla")
         half_best = min(times[1])
         row = {"batch": batch, "prompt_tokens": mean_len, "new_tokens": args.new_tokens, "ours": ours,
                "dtype": args.dtype}
@@ -269,7 +275,7 @@ def main():
             row["ratio_range"] = [min(paired), max(paired)]
             row["ratio_of_bests"] = ours["tokens_per_s"] / ref["tokens_per_s"]
         rows.append(row)
-        line = (f"batch {batch:3d} prompt ~{mean_len:.0f} tok + {args.new_tokens} new: ours ({args.dtype}) "
+        line = (f"batch {batch:3d} prompt ~{mean_len:.0f} tok + {args.new_tokens} new: ours ({args.dtype}, {ours['decode_matmul']}) "
                 f"{ours['tokens_per_s']:7.1f} tok/s (compile {ours['compile_s']:.1f} s)")
         if "transformers" in row:
             where = (f"{row['transformers']['threads']} threads" if torch_device == "cpu"

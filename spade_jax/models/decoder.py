@@ -52,11 +52,11 @@ def matmul(x, w):
 def _packed_in_place(var: nnx.Variable, contracted: int) -> None:
     """Reorder a weight whose first `contracted` axes are matmul's K into `kernels.pack` order,
     keeping its shape (the modules' free reshapes then hand `matmul` the packed [K, N] view)."""
-    w = var.value
+    w = var[...]
     k = math.prod(w.shape[:contracted])
     n = w.size // k
     if kernels.packable(k, n):
-        var.value = kernels.pack(w.reshape(k, n)).reshape(w.shape)
+        var[...] = kernels.pack(w.reshape(k, n)).reshape(w.shape)
 
 
 def pack_decode_weights(model: "Decoder") -> jax.Array | None:
@@ -76,8 +76,8 @@ def pack_decode_weights(model: "Decoder") -> jax.Array | None:
     if not kernels.packable(hidden, vocab):
         return None
     if model.spec.tie_embeddings:
-        return kernels.pack_rows(model.embed.value.astype(jnp.float32))
-    return kernels.pack(model.lm_head.value.astype(jnp.float32))
+        return kernels.pack_rows(model.embed[...].astype(jnp.float32))
+    return kernels.pack(model.lm_head[...].astype(jnp.float32))
 
 
 def _param(rngs: nnx.Rngs, shape, axes, param_dtype, scale: float | None = None, init="normal"):
