@@ -24,6 +24,7 @@ can make the ids differ from the host loop's while decoding to the same text.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -36,9 +37,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from spade_jax.models.decoder import rope_tables
+from spade_jax.models.decoder import packed_weights, rope_tables
 from spade_jax.rollout import RolloutConfig, Trajectory, clip_to_context
-from spade_jax.sampling import SamplingConfig, _choose, _knobs, _Mode
+from spade_jax.sampling import PackedWeights, SamplingConfig, _choose, _knobs, _Mode, cpu_kernel_applies
 
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")  # the library's action idiom: the last \boxed{...}
 _OPEN = b"\\boxed{"
@@ -559,6 +560,7 @@ class DeviceRollout:
                                               + (turns - 1) * self.chunk_slots)
         self.max_slots = max_slots
         self._programs: dict = {}
+        self._packed = PackedWeights()  # the decode kernel's weights (SamplingConfig.cpu_kernel)
         self.use_rollout(rollout)
 
     def use_rollout(self, rollout: RolloutConfig) -> None:
@@ -584,13 +586,19 @@ class DeviceRollout:
                 slots = min(slots, self.max_slots)
             if slots < self.first_slots(hint_width) + self.reply_width:
                 raise ValueError(f"max_slots={self.max_slots} leaves no room for one turn; raise it")
-            run = jax.jit(self._run, static_argnums=0, static_argnames=("slots",),
+            run = jax.jit(self._run, static_argnums=0, static_argnames=("slots", "packed"),
                           compiler_options=self.compiler_options)
             self._programs[key] = (run, slots)
         return self._programs[key]
 
-    def _run(self, graphdef, params, tables, reset_keys, hint_tokens, hint_lengths, live0, key, knobs,
-             max_context, *, slots: int):
+    def _run(self, graphdef, params, packed_head, *args, slots: int, packed: bool):
+        """`packed`: `params` and `packed_head` come from `PackedWeights`; every matmul of the
+        episode (appends and decode steps) runs `kernels.packed_matmul`."""
+        with packed_weights(packed_head) if packed else contextlib.nullcontext():
+            return self._episodes(graphdef, params, *args, slots=slots)
+
+    def _episodes(self, graphdef, params, tables, reset_keys, hint_tokens, hint_lengths, live0, key, knobs,
+                  max_context, *, slots: int):
         model = nnx.merge(graphdef, params)
         env, glue, actions = self.env, self.glue, self.actions
         batch = reset_keys.shape[0]
@@ -780,9 +788,12 @@ class DeviceRollout:
         reset_keys = np.stack([np.asarray(jax.random.PRNGKey(int(s) % (2**32))) for s in seeds])
         run, slots = self._program(n, hint_tokens.shape[1])
         graphdef, params = nnx.split(self.model)
-        out = run(graphdef, params, self.actions.device_tables(), jnp.asarray(reset_keys), jnp.asarray(hint_tokens),
-                  jnp.asarray([len(h) for h in hint_ids], jnp.int32), jnp.ones((n,), bool), key,
-                  _knobs(self.sampling), jnp.int32(self.rollout.max_context_tokens), slots=slots)
+        head, packed = None, cpu_kernel_applies(self.sampling, self.model)
+        if packed:
+            params, head = self._packed.get(graphdef, params)
+        out = run(graphdef, params, head, self.actions.device_tables(), jnp.asarray(reset_keys),
+                  jnp.asarray(hint_tokens), jnp.asarray([len(h) for h in hint_ids], jnp.int32), jnp.ones((n,), bool),
+                  key, _knobs(self.sampling), jnp.int32(self.rollout.max_context_tokens), slots=slots, packed=packed)
         out = jax.device_get(out)
         if out["overflow"].any():
             raise ValueError(f"an observation rendered to more than observation_tokens={self.obs_width} tokens; "

@@ -416,13 +416,42 @@ class _Kept:
     cache_dtype: str
 
 
-@dataclasses.dataclass
-class _Packed:
-    """The packed decode weights of one parameter version (`_packed_params`)."""
+def cpu_kernel_applies(config: SamplingConfig, model) -> bool:
+    """Whether decoding `model` under `config` uses `kernels.packed_matmul` (`SamplingConfig.cpu_kernel`):
+    "auto", a CPU backend, float32 compute, per-layer (not scanned) weights all on one device, and an
+    AVX-512 build of the kernel."""
+    if config.cpu_kernel != "auto" or jax.default_backend() != "cpu":
+        return False
+    if model.scan_layers or jnp.dtype(model.dtype) != jnp.float32:
+        return False
+    if len(model.embed[...].sharding.device_set) != 1:
+        return False
+    return kernels.preferred()
 
-    params: _ParamsVersion
-    state: object
-    head: jax.Array | None
+
+class PackedWeights:
+    """The packed decode weights (`_packed_params`) of the model's current parameters, made on first
+    use and again only after the parameters change (a training update makes new arrays)."""
+
+    def __init__(self):
+        self._version: _ParamsVersion | None = None
+        self._state = self._head = None
+
+    def get(self, graphdef, params):
+        """(packed params, packed output projection or None) for these exact parameters."""
+        if self._version is None or not self._version.matches(graphdef, params):
+            self.clear()  # free the old version before packing the new one
+            self._state, self._head = _PACK(graphdef, params)
+            self._version = _ParamsVersion.of(graphdef, params)
+        return self._state, self._head
+
+    def clear(self) -> None:
+        self._version = None
+        self._state = self._head = None
+
+    @property
+    def held(self) -> bool:
+        return self._version is not None
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -466,7 +495,7 @@ class Sampler:
         self._prefill, self._decode = _PREFILL, _DECODE
         self._stop_ids_cache: dict[tuple[str, ...], tuple[int, ...]] = {}
         self._kept: _Kept | None = None
-        self._packed: _Packed | None = None
+        self._packed = PackedWeights()
         self.last_reused_tokens = 0  # prompt tokens the last call took from the kept cache (0: full prefill)
         self.last_fed_tokens = 0  # token rows the last call's prefill ran through the matmuls (padding included)
 
@@ -522,20 +551,11 @@ class Sampler:
         """Drop the cache kept from the last call and the packed decode weights (their memory is freed;
         the next call prefills fully and packs again)."""
         self._kept = None
-        self._packed = None
+        self._packed.clear()
 
     def uses_cpu_kernel(self, config: SamplingConfig) -> bool:
         """Whether `generate` with `config` decodes with `kernels.packed_matmul` (see `cpu_kernel`)."""
-        return (config.cpu_kernel == "auto" and jax.default_backend() == "cpu"
-                and (self.mesh is None or self.mesh.size == 1) and not self.model.scan_layers
-                and jnp.dtype(self.model.dtype) == jnp.float32 and kernels.preferred())
-
-    def _packed_for(self, graphdef, params) -> _Packed:
-        if self._packed is None or not self._packed.params.matches(graphdef, params):
-            self._packed = None  # free the old version before packing the new one
-            state, head = _PACK(graphdef, params)
-            self._packed = _Packed(_ParamsVersion.of(graphdef, params), state, head)
-        return self._packed
+        return (self.mesh is None or self.mesh.size == 1) and cpu_kernel_applies(config, self.model)
 
     def generate(
         self, prompts: Sequence[Sequence[int]], config: SamplingConfig, key: jax.Array | int = 0
@@ -634,7 +654,7 @@ class Sampler:
         row_ids[rows_of] = np.arange(len(prompts))
         decode_params, head, packed = params, None, self.uses_cpu_kernel(config)
         if packed:
-            decode_params, head = self._packed_for(graphdef, params).state, self._packed.head
+            decode_params, head = self._packed.get(graphdef, params)
         out = self._decode(
             graphdef, decode_params, cache, logits, last_pos, self._put_batch(live), self._put_batch(row_ids),
             key, jnp.int32(config.max_new_tokens), _knobs(config), jnp.asarray(stop_ids, jnp.int32), head,

@@ -9,14 +9,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from spade_jax import roles
+from spade_jax import kernels, roles
 from spade_jax.envs.jaxenv import transpile
 from spade_jax.envs.library import library_program
 from spade_jax.models.presets import get_preset, init_decoder
 from spade_jax.models.tokenizer import byte_tokenizer
 from spade_jax.rollout import ChatStream, Generation, RolloutConfig, play_episodes
 from spade_jax.rollout_device import ActionMap, ChatGlue, DeviceRollout, ObservationTokens, play_episodes_device
-from spade_jax.sampling import Sampler, SamplingConfig
+from spade_jax.sampling import Sampler, SamplingConfig, cpu_kernel_applies
 
 
 def _byte_id(ch: str) -> int:
@@ -95,10 +95,10 @@ def _assert_same(host, device):
         np.testing.assert_allclose(d.behaviour_logprobs, h.behaviour_logprobs, atol=1e-4)
 
 
-def _play_both(env, model, tokenizer, sampling, rollout, seeds, hints, key):
+def _play_both(env, model, tokenizer, sampling, rollout, seeds, hints, key, host_sampling=None):
     first = _first_prompts(env, tokenizer, seeds, hints, rollout.system_prompt)
     assert len({tuple(f) for f in first}) == len(first)  # the row-aligned host generate needs this
-    generate = _RowAligned(Sampler(model, tokenizer), sampling, key, first)
+    generate = _RowAligned(Sampler(model, tokenizer), host_sampling or sampling, key, first)
     host = play_episodes([env.text_env() for _ in seeds], seeds, generate, tokenizer, rollout, hints=hints,
                          format_observation=roles.with_hint)
     device = play_episodes_device(env, seeds, model, tokenizer, sampling, rollout, key, hints=hints)
@@ -117,6 +117,19 @@ def test_greedy_device_loop_equals_host_loop(odd_env, scripted):
     assert any(t.terminated for t in device) and all(t.actions for t in device)
     assert all(a.startswith("\\boxed{") for t in device for a in t.actions)
     assert any(t.trainable for t in device)
+
+
+def test_device_loop_on_the_cpu_kernel_equals_the_host_loop_on_xla(odd_env, scripted):
+    if not kernels.preferred():
+        pytest.skip("the packed CPU kernel does not apply here (no AVX-512 build)")
+    model, tokenizer = scripted  # untied head of 512 entries: every matmul, the head too, is packed
+    sampling = SamplingConfig(max_new_tokens=24, temperature=1.0)
+    assert cpu_kernel_applies(sampling, model)
+    host, device = _play_both(odd_env, model, tokenizer, sampling, RolloutConfig(max_turns=3, max_context_tokens=1400),
+                              [3, 1, 4, 15, 9], [None, "Squares.", None, None, None], jax.random.key(5),
+                              host_sampling=sampling.replace(cpu_kernel="xla"))
+    _assert_same(host, device)
+    assert any(t.terminated for t in device) and all(t.actions for t in device)
 
 
 def test_max_slots_ends_every_episode_at_the_same_turn_as_a_shorter_host_game(odd_env, scripted):
