@@ -39,7 +39,7 @@ from flax import nnx
 
 from spade_jax.models.decoder import packed_weights, rope_tables
 from spade_jax.rollout import RolloutConfig, Trajectory, clip_to_context
-from spade_jax.sampling import PackedWeights, SamplingConfig, _choose, _knobs, _Mode, cpu_kernel_applies
+from spade_jax.sampling import PACKED_WEIGHTS, SamplingConfig, _choose, _knobs, _Mode, cpu_kernel_applies
 
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")  # the library's action idiom: the last \boxed{...}
 _OPEN = b"\\boxed{"
@@ -560,7 +560,6 @@ class DeviceRollout:
                                               + (turns - 1) * self.chunk_slots)
         self.max_slots = max_slots
         self._programs: dict = {}
-        self._packed = PackedWeights()  # the decode kernel's weights (SamplingConfig.cpu_kernel)
         self.use_rollout(rollout)
 
     def use_rollout(self, rollout: RolloutConfig) -> None:
@@ -790,7 +789,7 @@ class DeviceRollout:
         graphdef, params = nnx.split(self.model)
         head, packed = None, cpu_kernel_applies(self.sampling, self.model)
         if packed:
-            params, head = self._packed.get(graphdef, params)
+            params, head = PACKED_WEIGHTS.get(graphdef, params)
         out = run(graphdef, params, head, self.actions.device_tables(), jnp.asarray(reset_keys),
                   jnp.asarray(hint_tokens), jnp.asarray([len(h) for h in hint_ids], jnp.int32), jnp.ones((n,), bool),
                   key, _knobs(self.sampling), jnp.int32(self.rollout.max_context_tokens), slots=slots, packed=packed)

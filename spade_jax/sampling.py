@@ -430,28 +430,45 @@ def cpu_kernel_applies(config: SamplingConfig, model) -> bool:
 
 
 class PackedWeights:
-    """The packed decode weights (`_packed_params`) of the model's current parameters, made on first
-    use and again only after the parameters change (a training update makes new arrays)."""
+    """Process-wide: the packed decode weights (`_packed_params`) of the most recently used parameter
+    versions, shared by every Sampler and DeviceRollout (one model's policy, hint writer and
+    device loops hold one packed copy, not one each). A version is packed on first use and dropped
+    when its parameter arrays are freed (a training update makes new ones), when `forget` asks, or
+    when more than `keep` versions are held (least recently used first)."""
+
+    keep = 2
 
     def __init__(self):
-        self._version: _ParamsVersion | None = None
-        self._state = self._head = None
+        self._held: list[tuple[_ParamsVersion, object, jax.Array | None]] = []
 
     def get(self, graphdef, params):
         """(packed params, packed output projection or None) for these exact parameters."""
-        if self._version is None or not self._version.matches(graphdef, params):
-            self.clear()  # free the old version before packing the new one
-            self._state, self._head = _PACK(graphdef, params)
-            self._version = _ParamsVersion.of(graphdef, params)
-        return self._state, self._head
+        self._held = [entry for entry in self._held if all(ref() is not None for ref in entry[0].refs)]
+        for i, (version, state, head) in enumerate(self._held):
+            if version.matches(graphdef, params):
+                self._held.append(self._held.pop(i))
+                return state, head
+        while len(self._held) >= self.keep:
+            self._held.pop(0)  # free it before packing the new version
+        state, head = _PACK(graphdef, params)
+        version = _ParamsVersion.of(graphdef, params)
+        leaves = jax.tree.leaves(params)
+        if leaves:  # drop the packed copy as soon as these parameters are freed
+            version.refs[0] = weakref.ref(leaves[0], lambda _, v=version: self._drop_version(v))
+        self._held.append((version, state, head))
+        return state, head
 
-    def clear(self) -> None:
-        self._version = None
-        self._state = self._head = None
+    def _drop_version(self, version) -> None:
+        self._held = [entry for entry in self._held if entry[0] is not version]
 
-    @property
-    def held(self) -> bool:
-        return self._version is not None
+    def forget(self, graphdef, params) -> None:
+        self._held = [entry for entry in self._held if not entry[0].matches(graphdef, params)]
+
+    def holds(self, graphdef, params) -> bool:
+        return any(entry[0].matches(graphdef, params) for entry in self._held)
+
+
+PACKED_WEIGHTS = PackedWeights()
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -495,7 +512,6 @@ class Sampler:
         self._prefill, self._decode = _PREFILL, _DECODE
         self._stop_ids_cache: dict[tuple[str, ...], tuple[int, ...]] = {}
         self._kept: _Kept | None = None
-        self._packed = PackedWeights()
         self.last_reused_tokens = 0  # prompt tokens the last call took from the kept cache (0: full prefill)
         self.last_fed_tokens = 0  # token rows the last call's prefill ran through the matmuls (padding included)
 
@@ -548,10 +564,10 @@ class Sampler:
         return sum(f._cache_size() for f in (self._prefill, self._decode, _EXTEND, _GROW))
 
     def forget(self) -> None:
-        """Drop the cache kept from the last call and the packed decode weights (their memory is freed;
-        the next call prefills fully and packs again)."""
+        """Drop the cache kept from the last call and the model's packed decode weights (their memory is
+        freed; the next call prefills fully and packs again)."""
         self._kept = None
-        self._packed.clear()
+        PACKED_WEIGHTS.forget(*nnx.split(self.model))
 
     def uses_cpu_kernel(self, config: SamplingConfig) -> bool:
         """Whether `generate` with `config` decodes with `kernels.packed_matmul` (see `cpu_kernel`)."""
@@ -654,7 +670,7 @@ class Sampler:
         row_ids[rows_of] = np.arange(len(prompts))
         decode_params, head, packed = params, None, self.uses_cpu_kernel(config)
         if packed:
-            decode_params, head = self._packed.get(graphdef, params)
+            decode_params, head = PACKED_WEIGHTS.get(graphdef, params)
         out = self._decode(
             graphdef, decode_params, cache, logits, last_pos, self._put_batch(live), self._put_batch(row_ids),
             key, jnp.int32(config.max_new_tokens), _knobs(config), jnp.asarray(stop_ids, jnp.int32), head,

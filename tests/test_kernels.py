@@ -13,7 +13,7 @@ from flax import nnx
 
 from spade_jax import kernels
 from spade_jax.models.registry import load_model
-from spade_jax.sampling import Sampler, SamplingConfig
+from spade_jax.sampling import PACKED_WEIGHTS, Sampler, SamplingConfig
 
 needs_kernel = pytest.mark.skipif(not kernels.available(), reason=f"kernel unavailable: {kernels.unavailable_reason()}")
 
@@ -109,5 +109,30 @@ def test_decode_with_the_kernel_matches_xla_and_follows_parameter_updates(tiny):
     nnx.update(model, jax.tree.map(lambda p: p * 1.5 if p.ndim >= 2 else p, state))
     after = sampler.generate(prompts, fast)
     compare(after, sampler.generate(prompts, plain))
+    graphdef, params = nnx.split(model)
+    assert PACKED_WEIGHTS.holds(graphdef, params)
     sampler.forget()
-    assert not sampler._packed.held
+    assert not PACKED_WEIGHTS.holds(graphdef, params)
+
+
+@needs_kernel
+def test_one_packed_copy_per_parameter_version_process_wide():
+    import gc
+
+    from spade_jax.sampling import cpu_kernel_applies
+
+    config = SamplingConfig(max_new_tokens=3, temperature=0.0, reuse_prefix=False)
+    models = [load_model("tiny", seed=s).model for s in (1, 2, 3)]
+    if not cpu_kernel_applies(config, models[0]):
+        pytest.skip("the packed CPU kernel does not apply here")
+    PACKED_WEIGHTS._held.clear()
+    for model in models[:2]:
+        Sampler(model).generate([[5, 6, 7]], config)
+        Sampler(model).generate([[5, 6, 7]], config)  # a second sampler of the same model: no new copy
+    assert len(PACKED_WEIGHTS._held) == 2
+    Sampler(models[2]).generate([[5, 6, 7]], config)
+    assert len(PACKED_WEIGHTS._held) == PACKED_WEIGHTS.keep  # the least recently used went
+    assert not PACKED_WEIGHTS.holds(*nnx.split(models[0]))
+    del models[2]
+    gc.collect()
+    assert len(PACKED_WEIGHTS._held) == 1  # freed parameters take their packed copy with them
