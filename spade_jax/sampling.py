@@ -85,7 +85,7 @@ class SamplingConfig:
     cache_dtype: str = "auto"
     # Decode matmuls on a CPU: "auto" uses the packed float32 kernel (`spade_jax.kernels`) for a
     # float32 model on one AVX-512 CPU device where it builds, "xla" always XLA's dot. The kernel
-    # keeps a packed copy of the weights per parameter version (the model's size again).
+    # reads a packed copy of the weights (the model's size again; see `PACKED_WEIGHTS`).
     cpu_kernel: str = "auto"
     # Host-only: feed only the new tail of prompts that extend the previous call's rows (same results).
     # compare=False keeps it out of ==/hash, so caches keyed by a config never split over it.

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -109,10 +110,16 @@ ffi::Error PackedMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   const int64_t helpers = std::min<int64_t>(pool.num_threads(), work->units) - 1;
   for (int64_t i = 0; i < helpers; ++i) pool.Schedule([work] { work->run(); });
   work->run();
-  while (work->finished.load(std::memory_order_acquire) < work->units) {
+  // Wait for the units helpers are still running: spin briefly (they end within microseconds on
+  // an idle machine), then yield the core, which a helper may need on a loaded one.
+  for (int spins = 0; work->finished.load(std::memory_order_acquire) < work->units; ++spins) {
+    if (spins < 4096) {
 #if defined(__x86_64__)
-    __builtin_ia32_pause();
+      __builtin_ia32_pause();
 #endif
+    } else {
+      std::this_thread::yield();
+    }
   }
   return ffi::Error::Success();
 }

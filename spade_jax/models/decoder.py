@@ -15,7 +15,6 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spade_jax import kernels
-
 from spade_jax.models.spec import ModelSpec
 
 _MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite, so fully padded rows stay NaN-free
