@@ -12,8 +12,8 @@ baseline: `torch.nn.functional.linear` with `[out, in]` weights (PyTorch's layou
 default threads. Both in float32 and in bfloat16 (float32 accumulation on our side). Prints each
 time, the ratio, and the FLOP rate against a jitted 2048^3 float32 matmul's. In float32 it also
 runs our packed kernel (`spade_jax.kernels.packed_matmul`, weights packed beforehand as the
-sampler keeps them), the one our decode steps use on AVX-512 CPUs, with the weight bytes it
-streams per second.
+sampler keeps them), the one our decode steps use on AVX2/AVX-512 CPUs, with the weight bytes it
+streams per second (`SPADE_JAX_KERNEL_ARCH=x86-64-v3` measures the AVX2 build on an AVX-512 CPU).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def main():
                 print(f"float32 packed kernel: unavailable ({kernels.unavailable_reason()})")
                 continue
             packed = time_packed(layers, head, args.rows, args.repeats)
-            print(f"float32 packed kernel: {packed * 1e3:6.1f} ms ({flops / packed / 1e9:5.0f} GFLOP/s, "
+            print(f"float32 packed kernel ({kernels.vector_bits()}-bit build): {packed * 1e3:6.1f} ms ({flops / packed / 1e9:5.0f} GFLOP/s, "
                   f"{4 * params / packed / 1e9:.1f} GB/s of weights) | XLA {ours / packed:.2f}x slower | "
                   f"torch {theirs / packed:.2f}x slower", flush=True)
 

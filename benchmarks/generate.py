@@ -14,7 +14,7 @@ prompts in full, as transformers does). `--dtype bfloat16` runs our side with bf
 activations (float32 accumulation) against the same float32 baseline: a speed option, not parity;
 `--baseline-dtype bfloat16` runs transformers in bf16 too (the fair pairing on a GPU). The baseline
 runs on CUDA when PyTorch sees a GPU, else on the CPU. `--cpu-kernel xla` turns off our packed
-float32 decode kernel (`SamplingConfig.cpu_kernel`; on by default on AVX-512 CPUs): the A/B of it.
+float32 decode kernel (`SamplingConfig.cpu_kernel`; on by default on AVX2/AVX-512 CPUs): the A/B of it.
 
 `--random-weights` initialises the preset's architecture randomly instead of loading weights, with
 prompts of random token ids of SmolLM2-like lengths (34-46 tokens); transformers loads the same

@@ -84,7 +84,7 @@ class SamplingConfig:
     # decode step converting every layer's cache window to bf16).
     cache_dtype: str = "auto"
     # Decode matmuls on a CPU: "auto" uses the packed float32 kernel (`spade_jax.kernels`) for a
-    # float32 model on one AVX-512 CPU device where it builds, "xla" always XLA's dot. The kernel
+    # float32 model on one x86 CPU device with AVX2 or AVX-512 where it builds, "xla" always XLA's dot. The kernel
     # reads a packed copy of the weights (the model's size again; see `PACKED_WEIGHTS`).
     cpu_kernel: str = "auto"
     # Host-only: feed only the new tail of prompts that extend the previous call's rows (same results).
@@ -419,7 +419,7 @@ class _Kept:
 def cpu_kernel_applies(config: SamplingConfig, model) -> bool:
     """Whether decoding `model` under `config` uses `kernels.packed_matmul` (`SamplingConfig.cpu_kernel`):
     "auto", a CPU backend, float32 compute, per-layer (not scanned) weights all on one device, and an
-    AVX-512 build of the kernel."""
+    AVX2 or AVX-512 build of the kernel (`kernels.preferred`)."""
     if config.cpu_kernel != "auto" or jax.default_backend() != "cpu":
         return False
     if model.scan_layers or jnp.dtype(model.dtype) != jnp.float32:

@@ -2,6 +2,7 @@
 it against the XLA path (itself checked against transformers in test_sampling)."""
 
 import os
+import platform
 import subprocess
 import sys
 
@@ -93,7 +94,7 @@ def test_decode_with_the_kernel_matches_xla_and_follows_parameter_updates(tiny):
     plain = fast.replace(cpu_kernel="xla")
     assert sampler.uses_cpu_kernel(fast) == kernels.preferred() and not sampler.uses_cpu_kernel(plain)
     if not kernels.preferred():
-        pytest.skip("this CPU has no AVX-512: auto keeps XLA's dot")
+        pytest.skip("no AVX2/AVX-512 build here: auto keeps XLA's dot")
 
     def compare(a, b):
         assert a.tokens == b.tokens
@@ -136,3 +137,25 @@ def test_one_packed_copy_per_parameter_version_process_wide():
     del models[2]
     gc.collect()
     assert len(PACKED_WEIGHTS._held) == 1  # freed parameters take their packed copy with them
+
+
+@pytest.mark.skipif(not kernels.available() or platform.machine() not in ("x86_64", "AMD64"),
+                    reason="needs a working x86 kernel build")
+@pytest.mark.parametrize("arch,bits", [("x86-64-v3", 256), ("x86-64-v2", 128)])
+def test_the_avx2_and_sse_builds_equal_numpy(tmp_path, arch, bits):
+    """The narrower register tiles (6 rows with AVX2, 3 with SSE) cover every row remainder."""
+    code = f"""
+import numpy as np, jax
+from spade_jax import kernels
+assert kernels.vector_bits() == {bits}, kernels.vector_bits()
+rng = np.random.default_rng(0)
+for rows in (1, 2, 3, 5, 6, 7, 13, 16, 19):
+    x = rng.standard_normal((rows, 70), dtype=np.float32)
+    w = rng.standard_normal((70, 80), dtype=np.float32)
+    got = np.asarray(jax.jit(lambda x, w: kernels.packed_matmul(x, kernels.pack(w)))(x, w))
+    np.testing.assert_allclose(got, x.astype(np.float64) @ w, rtol=1e-5, atol=1e-3)
+print("ok")
+"""
+    env = dict(os.environ, SPADE_JAX_KERNEL_ARCH=arch, SPADE_JAX_CACHE=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

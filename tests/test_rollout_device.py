@@ -121,7 +121,7 @@ def test_greedy_device_loop_equals_host_loop(odd_env, scripted):
 
 def test_device_loop_on_the_cpu_kernel_equals_the_host_loop_on_xla(odd_env, scripted):
     if not kernels.preferred():
-        pytest.skip("the packed CPU kernel does not apply here (no AVX-512 build)")
+        pytest.skip("the packed CPU kernel does not apply here (no AVX2/AVX-512 build)")
     model, tokenizer = scripted  # untied head of 512 entries: every matmul, the head too, is packed
     sampling = SamplingConfig(max_new_tokens=24, temperature=1.0)
     assert cpu_kernel_applies(sampling, model)

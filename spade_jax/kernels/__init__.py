@@ -7,7 +7,7 @@ about 60% of it (`benchmarks/dots.py`, docs/benchmarks.md). The sampler uses it 
 loop on a CPU (`SamplingConfig.cpu_kernel`).
 
 The library is compiled with the host C++ compiler (`$CXX`, else c++/g++/clang++) and
-`-O3 -march=native` against jaxlib's FFI headers, cached under `$SPADE_JAX_CACHE` (default
+`-O3 -march=native` (`$SPADE_JAX_KERNEL_ARCH` replaces `native`) against jaxlib's FFI headers, cached under `$SPADE_JAX_CACHE` (default
 `~/.cache/spade_jax/kernels`) by a hash of the source, compiler, jaxlib and CPU. Without a
 compiler, or if the build fails, `available()` is False with the reason in `unavailable_reason()`
 and callers keep XLA's own dot.
@@ -59,7 +59,9 @@ def _cpu_id() -> str:
 
 
 def _flags() -> list[str]:
-    arch = "-mcpu=native" if platform.machine().lower() in ("arm64", "aarch64") else "-march=native"
+    arm = platform.machine().lower() in ("arm64", "aarch64")
+    target = os.environ.get("SPADE_JAX_KERNEL_ARCH", "native")  # e.g. x86-64-v3: an AVX2 build
+    arch = f"-mcpu={target}" if arm else f"-march={target}"
     return ["-O3", arch, "-std=c++17", "-shared", "-fPIC", "-w", f"-I{jax.ffi.include_dir()}"]
 
 
@@ -112,15 +114,17 @@ def unavailable_reason() -> str | None:
 
 
 def vector_bits() -> int:
-    """The SIMD width the library was compiled for (512 with AVX-512, 256 with AVX2, else 128)."""
+    """The SIMD width the library was compiled for (512 with AVX-512, 256 with AVX/AVX2, else 128)."""
     lib = _load()
     return 0 if lib is None else int(lib.SpadePackedMatmulVectorBits())
 
 
 def preferred() -> bool:
-    """Whether `packed_matmul` should replace XLA's dot for decode steps here: the kernel keeps 16
-    rows of 16-float accumulators in registers, which only AVX-512 (32 vector registers) holds."""
-    return jax.default_backend() == "cpu" and available() and vector_bits() >= 512
+    """Whether `packed_matmul` should replace XLA's dot for decode steps here: a CPU backend and a
+    build with 256- or 512-bit vectors (AVX2 / AVX-512). Both builds measured 1.5-1.6x XLA's
+    AVX-512 dots on an AVX-512 machine (docs/benchmarks.md); 128-bit builds (NEON, SSE) are
+    unmeasured, so they keep XLA's dot."""
+    return jax.default_backend() == "cpu" and available() and vector_bits() >= 256
 
 
 def packable(k: int, n: int) -> bool:

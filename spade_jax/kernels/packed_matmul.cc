@@ -19,30 +19,52 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-typedef float v16 __attribute__((vector_size(64)));
-
 constexpr int64_t kLanes = 16;       // columns per block
-constexpr int64_t kRows = 16;        // rows per register tile (16 accumulators of 16 floats)
 constexpr int64_t kPrefetch = 128;   // blocks rows ahead (8 KiB): hides DRAM latency
 constexpr int64_t kChunk = 4;        // column blocks per unit of work shared between threads
 
-inline v16 load(const float* p) {
-  v16 v;
+// A block's 16 columns are kParts native vectors of kWidth floats. Rows per register tile: R x
+// kParts accumulators plus the kParts weight vectors must fit the vector registers (AVX-512: 32 of
+// 16 floats; AVX/AVX2: 16 of 8; NEON: 32 of 4; SSE: 16 of 4).
+#if defined(__AVX512F__)
+constexpr int kWidth = 16;
+constexpr int64_t kRows = 16;
+#elif defined(__AVX__)
+constexpr int kWidth = 8;
+constexpr int64_t kRows = 6;
+#elif defined(__aarch64__)
+constexpr int kWidth = 4;
+constexpr int64_t kRows = 6;
+#else
+constexpr int kWidth = 4;
+constexpr int64_t kRows = 3;
+#endif
+constexpr int kParts = kLanes / kWidth;
+typedef float vec __attribute__((vector_size(kWidth * sizeof(float))));
+
+inline vec load(const float* p) {
+  vec v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
 
 template <int R>
 void tile(const float* x, const float* wb, float* y, int64_t K, int64_t N) {
-  v16 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = v16{};
+  vec acc[R][kParts];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < kParts; ++p) acc[r][p] = vec{};
   for (int64_t k = 0; k < K; ++k) {
-    const v16 w = load(wb + k * kLanes);
+    vec w[kParts];
+    for (int p = 0; p < kParts; ++p) w[p] = load(wb + k * kLanes + p * kWidth);
     __builtin_prefetch(wb + (k + kPrefetch) * kLanes);
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) acc[r] += x[r * K + k] * w;
+    for (int r = 0; r < R; ++r) {
+      const float xr = x[r * K + k];
+      for (int p = 0; p < kParts; ++p) acc[r][p] += xr * w[p];
+    }
   }
-  for (int r = 0; r < R; ++r) std::memcpy(y + r * N, &acc[r], sizeof(v16));
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < kParts; ++p) std::memcpy(y + r * N + p * kWidth, &acc[r][p], sizeof(vec));
 }
 
 template <int R>
@@ -133,12 +155,4 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpadePackedMatmul, PackedMatmulImpl,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
-extern "C" int SpadePackedMatmulVectorBits() {
-#if defined(__AVX512F__)
-  return 512;
-#elif defined(__AVX2__)
-  return 256;
-#else
-  return 128;
-#endif
-}
+extern "C" int SpadePackedMatmulVectorBits() { return kWidth * 32; }
