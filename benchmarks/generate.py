@@ -73,6 +73,19 @@ def _random_prompts(vocab_size: int, batch: int) -> list[list[int]]:
     return [rng.integers(3, vocab_size, size=34 + (i * 5) % 13).tolist() for i in range(batch)]
 
 
+def bench_model(name: str, random_weights: bool, dtype):
+    """(model, tokenizer, spec): the preset `name` randomly initialised (with the byte tokenizer, of
+    which only the pad id and EOS are used), or `name` loaded (embedded model or HF directory)."""
+    if random_weights:
+        spec = get_preset(name)
+        return init_decoder(spec, dtype=dtype, param_dtype=dtype), load_model("tiny").tokenizer, spec
+    return load_model(name, dtype=dtype, param_dtype=dtype)
+
+
+def bench_prompts(tokenizer, spec, batch: int, random_weights: bool) -> list[list[int]]:
+    return _random_prompts(spec.vocab_size, batch) if random_weights else _prompts(tokenizer, batch)
+
+
 def _time(fn, repeats: int) -> list[float]:
     times = []
     for _ in range(repeats):
@@ -215,19 +228,15 @@ def main():
 
     dtype = jnp.dtype(args.dtype)
     hf_dir, exported = None, False  # what transformers loads (None: the embedded GGUF)
-    if args.random_weights:
-        spec = get_preset(args.model)
-        model = init_decoder(spec, dtype=dtype, param_dtype=dtype)
-        tokenizer = load_model("tiny").tokenizer  # byte-level; only its pad id and EOS are used
-        if not args.skip_transformers:
-            hf_dir, exported = tempfile.mkdtemp(prefix="generate-bench-"), True
-            export_hf(model, hf_dir)
-    elif args.model == EMBEDDED_MODEL or os.path.isdir(args.model):
-        model, tokenizer, spec = load_model(args.model, dtype=dtype, param_dtype=dtype)
-        hf_dir = None if args.model == EMBEDDED_MODEL else args.model
-    else:
+    if not (args.random_weights or args.model == EMBEDDED_MODEL or os.path.isdir(args.model)):
         parser.error(f"--model {args.model}: use {EMBEDDED_MODEL}, an HF model directory, or a preset "
                      "with --random-weights")
+    model, tokenizer, spec = bench_model(args.model, args.random_weights, dtype)
+    if args.random_weights and not args.skip_transformers:
+        hf_dir, exported = tempfile.mkdtemp(prefix="generate-bench-"), True
+        export_hf(model, hf_dir)
+    elif os.path.isdir(args.model):
+        hf_dir = args.model
     print(f"backend={jax.default_backend()} devices={len(jax.devices())} cpus={os.cpu_count()} "
           f"load average={os.getloadavg()[0]:.1f} (other processes share these cores) "
           f"model={args.model}{' (random weights)' if args.random_weights else ''}")
@@ -239,10 +248,7 @@ def main():
           f"{measured / 1e9:.1f}), {args.dtype} matmul {flops / 1e12:.2f} TFLOP/s")
     rows = []
     for batch in [int(b) for b in args.batches.split(",")]:
-        if args.random_weights:
-            prompts = _random_prompts(spec.vocab_size, batch)
-        else:
-            prompts = _prompts(tokenizer, batch)
+        prompts = bench_prompts(tokenizer, spec, batch, args.random_weights)
         mean_len = float(np.mean([len(p) for p in prompts]))
         first_s, ours_run, sampler = ours_runner(model, tokenizer, prompts, args.new_tokens, args.cpu_kernel)
         _, half_run, _ = ours_runner(model, tokenizer, prompts, args.new_tokens // 2, args.cpu_kernel)

@@ -28,9 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from generate import _prompts, _random_prompts  # noqa: E402
-from spade_jax.models.presets import get_preset, init_decoder  # noqa: E402
-from spade_jax.models.registry import EMBEDDED_MODEL, load_model  # noqa: E402
+from generate import bench_model, bench_prompts  # noqa: E402
+from spade_jax.models.registry import EMBEDDED_MODEL  # noqa: E402
 from spade_jax.sampling import Sampler, SamplingConfig  # noqa: E402
 
 
@@ -88,14 +87,8 @@ def main():
                          "(docs/benchmarks.md says how the CPU decode step was profiled)")
 
     dtype = jnp.dtype(args.dtype)
-    if args.random_weights:
-        spec = get_preset(args.model)
-        model = init_decoder(spec, dtype=dtype, param_dtype=dtype)
-        tokenizer = load_model("tiny").tokenizer
-        prompts = _random_prompts(spec.vocab_size, args.batch)
-    else:
-        model, tokenizer, spec = load_model(args.model, dtype=dtype, param_dtype=dtype)
-        prompts = _prompts(tokenizer, args.batch)
+    model, tokenizer, spec = bench_model(args.model, args.random_weights, dtype)
+    prompts = bench_prompts(tokenizer, spec, args.batch, args.random_weights)
     sampler = Sampler(model, tokenizer)
     config = SamplingConfig(max_new_tokens=args.new_tokens, temperature=0.0, ignore_eos=True,
                             reuse_prefix=False)
