@@ -8,8 +8,11 @@ prints a success table with 95% intervals, writes JSON, and flags generated envs
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +33,15 @@ def _run_config(run_dir: Path) -> dict:
             f"{run_dir} is not a run directory (no config.yaml); pass the --out directory of "
             "python -m experiments.run"
         )
-    config = yaml.safe_load(config_path.read_text()) or {}
+    try:
+        config = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise UsageError(f"cannot read {config_path}: {reason}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise UsageError(f"{config_path} is not valid YAML{where}; is it a run's config.yaml?") from None
     if not isinstance(config, dict):
         raise UsageError(f"{config_path} is not a mapping; is it a run's config.yaml?")
     return config
@@ -140,6 +151,41 @@ def _run_duplicates(run_dir: Path, suite: evaluation.EvalSuite) -> list[dict]:
     return [flag._asdict() for flag in evaluation.flag_duplicates(programs, suite)]
 
 
+def _check_out(out: Path) -> None:
+    """Fails (UsageError) before any work unless the JSON report can be written at `out`; makes missing parents."""
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a directory; --out takes a JSON file path such as {out / 'eval.json'}")
+    for ancestor in out.parents:
+        if ancestor.exists() or ancestor.is_symlink():
+            if not ancestor.is_dir():
+                raise UsageError(f"--out {out}: {ancestor} is not a directory; choose another path")
+            break
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"--out {out}: cannot create {out.parent} ({err.strerror or err}); choose another path") from None
+    try:
+        with tempfile.TemporaryFile(dir=out.parent):  # the directory takes new files
+            pass
+        if out.exists() and not os.access(out, os.W_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+    except OSError as err:
+        raise UsageError(f"--out {out} is not writable ({err.strerror or err}); choose another path") from None
+
+
+def _write_report(out: Path, text: str) -> None:
+    """Writes whole or not at all: a temporary file beside `out`, renamed over it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m experiments.eval",
@@ -181,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
         suite = evaluation.get_suite(args.suite, args.episodes)
         if args.tasks:
             suite = suite.only([t.strip() for t in args.tasks.split(",") if t.strip()])
+        if args.run and not Path(args.run).is_dir():
+            raise UsageError(f"run directory {args.run} does not exist")
+        out = Path(args.out) if args.out else (Path(args.run) / f"eval_{suite.name}.json" if args.run else None)
+        if out is not None:
+            _check_out(out)
         policy, source = _load_policy(args)
     except (UsageError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -192,17 +243,27 @@ def main(argv: list[str] | None = None) -> int:
     result = {"source": source, **report.to_dict()}
     print(report.format_table())
     if args.run:
-        flags = _run_duplicates(Path(args.run), suite)
+        try:
+            flags = _run_duplicates(Path(args.run), suite)
+        except (OSError, ValueError, KeyError) as err:  # a damaged archive must not cost the report
+            print(f"warning: skipped the duplicate check, the run's envs/ archive is unreadable: {err}",
+                  file=sys.stderr)
+            flags, result["duplicates_error"] = [], str(err)
         result["duplicates"] = flags
         if flags:
             print(f"\n{len(flags)} generated environment(s) resemble an eval environment "
                   f"(content-word Jaccard >= {evaluation.DUPLICATE_THRESHOLD}):")
             for flag in flags:
                 print(f"  {flag['env_id']}  ~  {flag['eval_env']}  ({flag['similarity']:.2f})")
-    out = args.out or (str(Path(args.run) / f"eval_{suite.name}.json") if args.run else None)
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    if out is not None:
+        text = json.dumps(result, indent=2) + "\n"
+        try:
+            _write_report(out, text)
+        except OSError as err:
+            print(text, end="")  # the report is never lost: stdout gets it instead
+            print(f"error: cannot write {out} ({err.strerror or err}); the JSON report is on stdout above",
+                  file=sys.stderr)
+            return 1
         print(f"\nwrote {out}")
     return 0
 

@@ -17,17 +17,33 @@ log = logging.getLogger("spade_jax.run")
 def parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="python -m experiments.run", description=__doc__.splitlines()[0],
-        epilog="Overrides use dotted keys, e.g. iterations=2 rl.lr=1e-5 model.name=tiny.",
+        epilog="Overrides use dotted keys, e.g. iterations=2 rl.lr=1e-5 model.name=tiny. "
+               "--resume continues the run with its own config.yaml; overrides apply on top.",
     )
-    parser.add_argument("--config", default="default", help="config name in experiments/configs or a YAML path")
+    parser.add_argument("--config", default=None,
+                        help="config name in experiments/configs or a YAML path (default: default; "
+                             "with --resume: the run's own config.yaml)")
     parser.add_argument("--out", default=None, help="run directory (default: runs/<config>-<time>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     parser.add_argument("overrides", nargs="*", help="key=value config overrides")
     return parser.parse_args(argv)
 
 
-def run(config, out: Path, *, resume: bool = False) -> Path:
-    """Runs `config` into `out`; with `resume`, continues from the last checkpoint there."""
+def run(config, out: Path, *, resume: bool = False, config_name: str | None = None,
+        overrides: tuple[str, ...] | list[str] = ()) -> Path:
+    """Runs `config` into `out`; with `resume`, continues from the newest intact checkpoint there.
+
+    The directory is held with a lock for the whole run; a fresh run refuses a directory that already
+    holds a run, and a start that fails before its first iteration removes the directory it created.
+    """
+    from spade_jax.run import RunDir  # noqa: PLC0415
+
+    with RunDir(out, resume=resume, config_name=config_name, overrides=overrides) as run_dir:
+        _run_locked(config, run_dir)
+    return out
+
+
+def _run_locked(config, run_dir) -> None:
     import jax  # noqa: PLC0415 (heavy imports after argument errors are reported)
     import jax.numpy as jnp  # noqa: PLC0415
 
@@ -40,6 +56,7 @@ def run(config, out: Path, *, resume: bool = False) -> Path:
     from spade_jax.policy import Learner, Policy  # noqa: PLC0415
     from spade_jax.selfplay import SelfPlay  # noqa: PLC0415
 
+    out, resume = run_dir.out, run_dir.resume
     if config.mesh.distributed:
         jax.distributed.initialize()
     mesh = make_mesh(config.mesh)
@@ -53,6 +70,7 @@ def run(config, out: Path, *, resume: bool = False) -> Path:
     loaded.model.remat = config.model.remat
     loaded.model.set_attn_chunk(config.model.attn_chunk)
     sandbox = SandboxPool(config.sandbox)
+    checkpoints = None
     try:
         policy = Policy(loaded.model, loaded.tokenizer, mesh=mesh)
         learner = Learner(loaded.model, config.rl, mesh=mesh, sandbox=sandbox)
@@ -60,16 +78,20 @@ def run(config, out: Path, *, resume: bool = False) -> Path:
         start = 0
         trainer_state = None
         if resume:
-            step = checkpoints.latest_step()
-            if step is None:
-                raise FileNotFoundError(f"--resume: no checkpoint in {out / 'checkpoints'}; run without --resume")
-            learner.state, trainer_state = checkpoints.restore(learner.train_step.abstract_state(loaded.model), step)
+            if not checkpoints.all_steps():
+                raise FileNotFoundError(f"--resume: no checkpoint in {out / 'checkpoints'} yet; "
+                                        "start a new run with another --out")
+            # The newest intact checkpoint; damaged later ones are moved to checkpoints-damaged/.
+            learner.state, trainer_state = checkpoints.restore(
+                learner.train_step.abstract_state(loaded.model), quarantine=True
+            )
             learner.train_step.write_params(loaded.model, learner.state)
             start = trainer_state["iteration"]
         logger = RunLogger(
             out, to_dict(config), tensorboard=config.tensorboard, progress=config.progress,
             total_iterations=config.iterations, start_iteration=start,
         )
+        run_dir.record_resume()  # config.yaml now holds the resumed config
         selfplay = SelfPlay(config, policy, learner, logger.envs, PhaseTimer())
         if trainer_state is not None:
             selfplay.load_state_dict(trainer_state)
@@ -78,43 +100,103 @@ def run(config, out: Path, *, resume: bool = False) -> Path:
                 iteration = selfplay.iteration
                 metrics = selfplay.step()
                 logger.log(iteration, metrics)
+                run_dir.mark_progress()
                 done = selfplay.iteration
                 checkpoints.save(done, learner.state, selfplay.state_dict(), force=done == config.iterations)
-            checkpoints.close()
     finally:
-        sandbox.close()
-    return out
+        try:
+            if checkpoints is not None:
+                checkpoints.close()  # an asynchronous save in flight lands, with its digest
+        finally:
+            sandbox.close()
+
+
+def _resume_config(args):
+    """The run's own config.yaml with the command line's overrides on top; a --config that names
+    another experiment than the run's is refused."""
+    from spade_jax.config import ConfigError, load_config, to_dict  # noqa: PLC0415
+    from spade_jax.run import read_record  # noqa: PLC0415
+
+    out = Path(args.out)
+    if not out.is_dir():
+        raise ConfigError(f"--resume: run directory {out} does not exist")
+    own = out / "config.yaml"
+    if not own.is_file():
+        raise ConfigError(f"--resume: {out} holds no run (no config.yaml); start it without --resume")
+    checkpoints = out / "checkpoints"
+    if not (checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir())):
+        raise ConfigError(f"--resume: no checkpoint in {checkpoints} yet; start a new run with another --out")
+    try:
+        config = load_config(str(own), args.overrides)
+    except ConfigError as err:
+        raise ConfigError(f"{own}: {err}") from None
+    if args.config is not None:
+        record = read_record(out)
+        created_with = list(record.get("overrides") or [])
+        for resume in record.get("resumes") or []:
+            created_with += list(resume.get("overrides") or [])
+        expected = load_config(args.config, [*created_with, *args.overrides])
+        if expected != config:
+            a, b = _flatten(to_dict(expected)), _flatten(to_dict(config))
+            key = next(k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
+            raise ConfigError(
+                f"--config {args.config} disagrees with the run in {out} ({key}: {a.get(key)!r} vs the run's "
+                f"{b.get(key)!r}); drop --config to resume with the run's own config.yaml"
+            )
+    return config
+
+
+def _flatten(tree, prefix=""):
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _interrupted_message(out: Path) -> str:
+    if (out / "checkpoints").is_dir() and any(p.name.isdigit() for p in (out / "checkpoints").iterdir()):
+        return f"interrupted; continue with: python -m experiments.run --out {out} --resume"
+    if not out.exists():
+        return "interrupted before the first iteration; nothing was saved"
+    return (f"interrupted before the first checkpoint; {out} keeps the logs so far but cannot be resumed: "
+            "start again with another --out")
 
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from spade_jax.checkpoint import CheckpointError  # noqa: PLC0415
     from spade_jax.config import ConfigError, load_config  # noqa: PLC0415
+    from spade_jax.run import RunDirError, RunDirLocked, check_writable  # noqa: PLC0415
 
+    if args.resume and not args.out:
+        print("error: --resume needs --out DIR (the run directory to continue)", file=sys.stderr)
+        return 2
     try:
-        config = load_config(args.config, args.overrides)
+        config = _resume_config(args) if args.resume else load_config(args.config or "default", args.overrides)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.out:
         out = Path(args.out)
-    elif args.resume:
-        print("error: --resume needs --out DIR (the run directory to continue)", file=sys.stderr)
-        return 2
     else:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = Path("runs") / f"{Path(args.config).stem}-{stamp}"
-    if args.resume and not out.is_dir():
-        print(f"error: --resume: run directory {out} does not exist", file=sys.stderr)
-        return 2
+        out = Path("runs") / f"{Path(args.config or 'default').stem}-{stamp}"
     try:
-        run(config, out, resume=args.resume)
+        check_writable(out)  # before any work starts
+        run(config, out, resume=args.resume, config_name=args.config or (None if args.resume else "default"),
+            overrides=args.overrides)
+    except (RunDirError, RunDirLocked) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except (FileNotFoundError, ValueError, CheckpointError) as err:
         log.debug("run failed", exc_info=True)
         print(f"error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"interrupted; continue with: python -m experiments.run --out {out} --resume", file=sys.stderr)
+        print(_interrupted_message(out), file=sys.stderr)
         return 130
     print(f"run directory: {out}")
     return 0

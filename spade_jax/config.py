@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from pathlib import Path
@@ -28,13 +29,19 @@ def choice(value: str, allowed: tuple[str, ...], key: str) -> None:
 
 
 def positive(value, key: str, *, allow_zero: bool = False) -> None:
-    if value < 0 or (value == 0 and not allow_zero):
+    """Raises ConfigError unless value is finite and > 0 (>= 0 with allow_zero)."""
+    if not _finite(value) or value < 0 or (value == 0 and not allow_zero):
         raise ConfigError(f"{key}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
 
 
 def in_range(value, low, high, key: str) -> None:
+    """Raises ConfigError unless low <= value <= high (NaN never is)."""
     if not low <= value <= high:
         raise ConfigError(f"{key}={value!r} must lie in [{low}, {high}]")
+
+
+def _finite(value) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -98,9 +105,13 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
         if isinstance(value, bool):
             raise ConfigError(f"{key} must be a number, got {value!r}")
         try:
-            return float(value)
-        except (TypeError, ValueError):
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"{key} must be a number, got {value!r}") from None
+        # No float knob means anything at NaN or infinity (optional ones say "off" with null).
+        if not math.isfinite(number):
+            raise ConfigError(f"{key} must be a finite number, got {value!r}")
+        return number
     if annotation is str:
         if isinstance(value, (dict, list)):
             raise ConfigError(f"{key} must be a string, got {value!r}")
@@ -128,7 +139,11 @@ def from_dict(cls, data: dict, prefix: str = ""):
     except ConfigError:
         raise
     except (ValueError, TypeError) as err:
-        raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {err}") from None
+        # Name the key as the user writes it: "sandbox.call_timeout_s", not "SandboxConfig.call_timeout_s".
+        message = str(err).replace(f"{cls.__name__}.", prefix) if prefix else str(err)
+        if prefix and message.startswith(prefix):
+            raise ConfigError(message) from None
+        raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {message}") from None
 
 
 def to_dict(config) -> dict:
@@ -180,27 +195,43 @@ def merge(base: dict, update: dict) -> dict:
     return out
 
 
-def read_yaml(name_or_path: str) -> dict:
+def read_yaml(name_or_path: str, _chain: tuple[Path, ...] = ()) -> dict:
     """Reads a config by name (experiments/configs/NAME.yaml) or path, following `base:` chains."""
     path = Path(name_or_path)
     if not path.suffix:
         path = CONFIG_DIR / f"{name_or_path}.yaml"
+    via = f" (the base of {_chain[-1]})" if _chain else ""
     if not path.is_file():
         names = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
-        raise ConfigError(f"config {name_or_path!r} not found; use a path or one of: {', '.join(names)}")
+        what = "is a directory, not a file" if path.is_dir() else "not found"
+        raise ConfigError(f"config {name_or_path!r}{via} {what}; use a path or one of: {', '.join(names)}")
+    resolved = path.resolve()
+    seen = [p.resolve() for p in _chain]
+    if resolved in seen:
+        cycle = " -> ".join(str(p) for p in (*_chain[seen.index(resolved):], path))
+        raise ConfigError(f"config base: chain loops ({cycle}); remove one of these base: lines")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise ConfigError(f"cannot read config {path}{via}: {reason}") from None
+    try:
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
-        first = str(err).splitlines()[0]
-        raise ConfigError(f"config {path} is not valid YAML: {first}") from None
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"config {path}{via} is not valid YAML:{where}: {problem}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"config {path} must be a mapping at the top level")
+        raise ConfigError(f"config {path}{via} must be a mapping at the top level")
     base = data.pop("base", None)
-    if base:
-        parent = base if Path(base).suffix else base
-        if Path(parent).suffix and not Path(parent).is_absolute():
-            parent = str(path.parent / parent)
-        data = merge(read_yaml(parent), data)
+    if base is not None and base != "":
+        if not isinstance(base, str):
+            raise ConfigError(f"config {path}: base must be a config name or path, got {base!r}")
+        parent = base
+        if Path(base).suffix and not Path(base).is_absolute():
+            parent = str(path.parent / base)
+        data = merge(read_yaml(parent, (*_chain, path)), data)
     return data
 
 
@@ -209,6 +240,7 @@ def read_yaml(name_or_path: str) -> dict:
 
 MODES = ("selfplay", "fixed_pool")
 DTYPES = ("float32", "bfloat16")
+MAX_SEED = 2**63 - 1  # largest seed both numpy and jax.random.key accept
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,6 +324,17 @@ class Config:
                     "checkpoint_every", "keep_checkpoints"):
             positive(getattr(self, key), key)
         positive(self.min_valid_envs, "min_valid_envs", allow_zero=True)
+        in_range(self.seed, 0, MAX_SEED, "seed")
+        # Sections built in code skip _coerce; no float knob means anything at NaN or infinity.
+        for section in dataclasses.fields(self):
+            value = getattr(self, section.name)
+            if dataclasses.is_dataclass(value):
+                for knob in dataclasses.fields(value):
+                    if not _finite(getattr(value, knob.name)):
+                        raise ConfigError(f"{section.name}.{knob.name}={getattr(value, knob.name)!r} must be a finite number")
+        # What RLConfig (spade_jax/rl/config.py) leaves unchecked.
+        positive(self.rl.adam_eps, "rl.adam_eps")
+        in_range(self.rl.seed, 0, MAX_SEED, "rl.seed")
 
 
 def load_config(name_or_path: str | None = "default", overrides: list[str] | tuple[str, ...] = ()):

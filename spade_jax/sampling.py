@@ -100,6 +100,8 @@ class SamplingConfig:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if any(t < 0 for t in self.stop_token_ids):
+            raise ValueError(f"stop_token_ids must be token ids >= 0, got {self.stop_token_ids}")
         if any(not s for s in self.stop_strings):
             raise ValueError("stop_strings must be non-empty strings")
         for name in ("prompt_buckets", "batch_buckets", "packed_buckets"):

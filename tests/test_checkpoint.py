@@ -1,4 +1,5 @@
-"""Orbax checkpoints: round trip, keep-last-K, half-written saves ignored, corrupt ones named, resume after a kill."""
+"""Orbax checkpoints: round trip, keep-last-K, half-written saves ignored, digests verified, damaged ones
+skipped and named, resume after a kill."""
 
 import json
 import os
@@ -83,21 +84,98 @@ def test_half_written_checkpoint_is_ignored(trained, tmp_path):
     assert extra == {"ok": True}
 
 
-def test_corrupt_checkpoint_gives_one_line_error(trained, tmp_path):
+def _data_files(step_dir):
+    """The largest file of a checkpoint's state item (where the arrays' bytes live)."""
+    files = [os.path.join(root, name) for root, _, names in os.walk(step_dir / "state") for name in names]
+    return sorted(files, key=os.path.getsize)[::-1]
+
+
+def _flip_bytes(path, offset_fraction=0.5, count=16):
+    with open(path, "r+b") as f:
+        size = os.path.getsize(path)
+        f.seek(int(size * offset_fraction))
+        data = f.read(count)
+        f.seek(int(size * offset_fraction))
+        f.write(bytes(b ^ 0xFF for b in data))
+
+
+def _save_two(state, directory):
+    with Checkpointer(directory, keep=None) as ckpt:
+        ckpt.save(1, state, {"at": 1})
+        ckpt.save(2, state, {"at": 2}, force=True)
+
+
+def test_digest_written_for_every_finished_save(trained, tmp_path):
+    _, _, state = trained
+    _save_two(state, tmp_path)
+    for step in ("1", "2"):
+        digest = json.loads((tmp_path / step / "digest.json").read_text())
+        hashed = set(digest["files"])
+        on_disk = {os.path.relpath(os.path.join(r, n), tmp_path / step)
+                   for r, _, ns in os.walk(tmp_path / step) for n in ns} - {"digest.json"}
+        assert hashed == on_disk and any(name.startswith("state/") for name in hashed)
+
+
+def test_flipped_bytes_are_caught_and_the_newest_intact_checkpoint_restored(trained, tmp_path, caplog):
     model, step, state = trained
+    _save_two(state, tmp_path)
+    _flip_bytes(_data_files(tmp_path / "2")[0])
+    with Checkpointer(tmp_path) as ckpt:
+        with pytest.raises(CheckpointError) as err:  # asked for exactly the damaged one
+            ckpt.restore(step.abstract_state(model), step=2)
+        message = str(err.value)
+        assert "\n" not in message and str(tmp_path / "2") in message and "digest" in message
+        with caplog.at_level("WARNING", logger="spade_jax.checkpoint"):
+            restored, extra = ckpt.restore(step.abstract_state(model))  # the newest intact one
+    assert extra == {"at": 1}
+    _leaves_equal(restored.params, state.params)
+    assert any("damaged" in r.message and str(tmp_path / "2") in r.message for r in caplog.records)
+    assert (tmp_path / "2").is_dir()  # reported, not deleted
+
+
+def test_quarantine_moves_the_damaged_checkpoint_aside_so_its_step_can_be_saved_again(trained, tmp_path):
+    model, step, state = trained
+    directory = tmp_path / "checkpoints"
+    _save_two(state, directory)
+    _flip_bytes(_data_files(directory / "2")[0])
+    with Checkpointer(directory, keep=None) as ckpt:
+        _, extra = ckpt.restore(step.abstract_state(model), quarantine=True)
+        assert extra == {"at": 1} and ckpt.all_steps() == [1]
+        ckpt.save(2, state, {"at": "2 again"}, force=True)
+    moved = os.listdir(tmp_path / "checkpoints-damaged")
+    assert len(moved) == 1 and moved[0].startswith("2-")
+    with Checkpointer(directory) as ckpt:
+        assert ckpt.restore(step.abstract_state(model))[1] == {"at": "2 again"}
+
+
+def test_non_finite_values_without_a_digest_are_not_restored(trained, tmp_path):
+    """A checkpoint written before digests existed (or whose run died before writing the digest)
+    is still checked for NaN/inf weights."""
+    model, step, state = trained
+    poisoned = state.replace(params=jax.tree.map(lambda x: x * np.nan, state.params))
     with Checkpointer(tmp_path, keep=None) as ckpt:
-        ckpt.save(1, state, {})
-        ckpt.save(2, state, {}, force=True)
-    for root, _, files in os.walk(tmp_path / "2" / "state"):
-        for name in files:
-            with open(os.path.join(root, name), "wb") as f:
-                f.write(b"corrupt")
+        ckpt.save(1, state, {"at": 1})
+        ckpt.save(2, poisoned, {"at": 2}, force=True)
+    os.remove(tmp_path / "2" / "digest.json")
+    with Checkpointer(tmp_path) as ckpt:
+        assert ckpt.restore(step.abstract_state(model))[1] == {"at": 1}
+
+
+def test_unreadable_checkpoints_give_one_line_errors(trained, tmp_path):
+    model, step, state = trained
+    _save_two(state, tmp_path)
+    for step_dir in ("1", "2"):
+        for root, _, files in os.walk(tmp_path / step_dir / "state"):
+            for name in files:
+                with open(os.path.join(root, name), "wb") as f:
+                    f.write(b"corrupt")
+        os.remove(tmp_path / step_dir / "digest.json")  # so orbax itself meets the damage
     with Checkpointer(tmp_path) as ckpt:
         with pytest.raises(CheckpointError) as err:
             ckpt.restore(step.abstract_state(model))
-        message = str(err.value)
-        assert "\n" not in message and str(tmp_path / "2") in message and "step 1" in message
-        ckpt.restore(step.abstract_state(model), step=1)  # the earlier one still loads
+    message = str(err.value)
+    assert "\n" not in message and "no intact checkpoint" in message and "steps 2, 1" in message
+    assert "nothing was deleted" in message and sorted(os.listdir(tmp_path)) == ["1", "2"]
     with pytest.raises(CheckpointError, match="no checkpoint in"):
         Checkpointer(tmp_path / "empty").restore(state)
 

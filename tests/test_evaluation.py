@@ -410,3 +410,106 @@ def test_run_archive_duplicates(tmp_path):
     flags = eval_cli._run_duplicates(tmp_path, ev.get_suite("quick"))
     assert [(f["env_id"], f["eval_env"]) for f in flags] == [(hanoi, "game:TowerofHanoi-v0-easy")]
     assert eval_cli._run_duplicates(tmp_path / "none", ev.get_suite("quick")) == []
+
+
+def _no_model_load(*_args, **_kwargs):
+    raise AssertionError("the --out check must come before loading a model")
+
+
+def test_eval_cli_out_is_checked_before_any_work(tmp_path, capsys, monkeypatch):
+    from experiments import eval as eval_cli
+
+    monkeypatch.setattr(eval_cli, "_load_policy", _no_model_load)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    cases = [
+        (tmp_path, "is a directory"),  # --out names a file; a directory is refused
+        (a_file / "report.json", "is not a directory"),
+        (a_file / "deeper" / "report.json", "is not a directory"),
+    ]
+    if Path("/proc/self").is_dir():
+        cases += [(Path("/proc/eval.json"), "is not writable"), (Path("/proc/no/such/eval.json"), "cannot create")]
+    for out, needle in cases:
+        assert eval_cli.main(["--model", "tiny", "--suite", "quick", "--out", str(out)]) == 2, out
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --out {out}") and needle in err and err.count("\n") == 1, err
+    # A --run whose default report path cannot be written fails before the checkpoint is read.
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "eval_quick.json").mkdir()
+    assert eval_cli.main(["--run", str(run_dir), "--suite", "quick"]) == 2
+    assert "eval_quick.json is a directory" in capsys.readouterr().err
+
+
+def test_eval_cli_unwritable_directory_is_refused(tmp_path, capsys, monkeypatch):
+    import tempfile
+
+    from experiments import eval as eval_cli
+
+    monkeypatch.setattr(eval_cli, "_load_policy", _no_model_load)
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", read_only)
+    out = tmp_path / "report.json"
+    assert eval_cli.main(["--model", "tiny", "--suite", "quick", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --out {out} is not writable (Read-only file system); choose another path\n"
+
+
+def _scripted_cli_run(monkeypatch, eval_cli):
+    monkeypatch.setattr(eval_cli, "_load_policy",
+                        lambda args: (_scripted_policy({}), {"model": "scripted"}))
+    return ["--model", "scripted", "--suite", "quick", "--episodes", "1", "--tasks",
+            "game:TowerofHanoi-v0-easy", "--no-progress"]
+
+
+def test_eval_cli_writes_report_and_makes_missing_parents(tmp_path, capsys, monkeypatch):
+    import json
+
+    from experiments import eval as eval_cli
+
+    args = _scripted_cli_run(monkeypatch, eval_cli)
+    out = tmp_path / "new" / "deeper" / "report.json"
+    assert eval_cli.main([*args, "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["source"] == {"model": "scripted"} and len(report["episodes"]) == 1
+    assert f"wrote {out}" in capsys.readouterr().out
+    assert sorted(p.name for p in out.parent.iterdir()) == ["report.json"]  # no temporary file left
+
+
+def test_eval_cli_report_is_never_lost_when_writing_fails(tmp_path, capsys, monkeypatch):
+    import json
+
+    from experiments import eval as eval_cli
+
+    args = _scripted_cli_run(monkeypatch, eval_cli)
+
+    def disk_full(out, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(eval_cli, "_write_report", disk_full)
+    out = tmp_path / "report.json"
+    assert eval_cli.main([*args, "--out", str(out)]) == 1
+    captured = capsys.readouterr()
+    report = json.loads(captured.out[captured.out.index("\n{") + 1:])
+    assert report["source"] == {"model": "scripted"} and len(report["episodes"]) == 1
+    assert captured.err == (f"error: cannot write {out} (No space left on device); "
+                            "the JSON report is on stdout above\n")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("model: {name: tiny\n", "is not valid YAML (line"),
+    (b"\xff\xfe\x00", "cannot read"),
+    ("- a list\n", "is not a mapping"),
+])
+def test_eval_cli_broken_run_config_names_the_file(tmp_path, capsys, text, needle):
+    from experiments import eval as eval_cli
+
+    config = tmp_path / "config.yaml"
+    config.write_bytes(text if isinstance(text, bytes) else text.encode())
+    assert eval_cli.main(["--run", str(tmp_path), "--suite", "quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(config) in err and needle in err and err.count("\n") == 1, err

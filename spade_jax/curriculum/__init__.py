@@ -97,6 +97,21 @@ class CurriculumConfig:
             raise ValueError("curriculum.plr_staleness, plr_replay_prob and plr_min_fill must be in [0, 1]")
         if self.plr_temperature <= 0 or self.plr_capacity < 1:
             raise ValueError("curriculum.plr_temperature must be > 0 and plr_capacity >= 1")
+        for name in ("band_ramp", "regret_scale", "regret_weight", "band_weight", "max_designer_scale", "tis_cap",
+                     "plr_temperature"):
+            if not abs(getattr(self, name)) < float("inf"):  # NaN fails too
+                raise ValueError(f"curriculum.{name} must be a finite number, got {getattr(self, name)}")
+        if self.regret_weight < 0 or self.band_weight < 0:
+            raise ValueError(f"curriculum.regret_weight and band_weight must be >= 0, got {self.regret_weight}, "
+                             f"{self.band_weight}")
+        if not -1.0 <= self.hung_penalty <= 0.0:
+            raise ValueError(f"curriculum.hung_penalty must be in [-1, 0] (a penalty), got {self.hung_penalty}")
+        if not 0.0 <= self.positive_low <= self.positive_high <= 1.0:
+            raise ValueError("curriculum.positive_low and positive_high must satisfy 0 <= low <= high <= 1")
+        if not 0.0 <= self.negative_hard <= self.negative_easy <= 1.0:
+            raise ValueError("curriculum.negative_hard and negative_easy must satisfy 0 <= hard <= easy <= 1")
+        if self.positive_pool < 1:
+            raise ValueError(f"curriculum.positive_pool must be >= 1, got {self.positive_pool}")
 
 
 __all__ = [

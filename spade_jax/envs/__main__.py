@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from spade_jax.envs.program import ProgramError, extract_code, find_env_class
@@ -12,15 +13,17 @@ from spade_jax.envs.program import ProgramError, extract_code, find_env_class
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
+def _failure_json(error: str) -> str:
+    """The `check --json` line for a check that never got to a verdict."""
+    return json.dumps({"valid": False, "backend": None, "errors": [error], "checks": {}})
+
+
 def _read_program(path: str, as_json: bool = False) -> str:
     try:
         with open(path, encoding="utf-8-sig", errors="replace") as f:
             text = f.read()
     except OSError as exc:
-        message = f"cannot read {path}: {exc.strerror or exc}"
-        if as_json:
-            print(json.dumps({"valid": False, "backend": None, "errors": [f"usage: {message}"], "checks": {}}))
-        raise SystemExit(_usage_error(message))
+        raise SystemExit(_usage_error(f"cannot read {path}: {exc.strerror or exc}", as_json))
     if "```" in text:
         try:
             return extract_code(text)
@@ -29,9 +32,28 @@ def _read_program(path: str, as_json: bool = False) -> str:
     return text
 
 
-def _usage_error(message: str) -> int:
+def _usage_error(message: str, as_json: bool = False) -> int:
+    """One line on stderr (and, for --json, the failure JSON as stdout's last line); exit status 2."""
+    if as_json:
+        print(_failure_json(f"usage: {message}"), flush=True)
     print(f"error: {message}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def _wants_json(argv: list[str]) -> bool:
+    """--json anywhere on the command line (as argparse would read it, abbreviations included)."""
+    return any(a.split("=", 1)[0] in ("--j", "--js", "--jso", "--json") for a in argv)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors keep the --json promise: the last stdout line is JSON."""
+
+    json_errors = False
+
+    def error(self, message):
+        if _Parser.json_errors:
+            print(_failure_json(f"usage: {message}"), flush=True)
+        super().error(message)
 
 
 def _sandbox_config(args):
@@ -56,18 +78,21 @@ def cmd_check(args) -> int:
         pool = SandboxPool(_sandbox_config(args))
     except (ValueError, SandboxUnavailable) as exc:
         if args.json:
-            print(json.dumps({"valid": False, "backend": None, "errors": [f"sandbox: {exc}"], "checks": {}}))
+            print(_failure_json(f"sandbox: {exc}"))
         return _usage_error(str(exc))
     try:
         verdict = validate(source, config=config, pool=pool, backend=args.backend)
     except SandboxError as exc:
         if args.json:
-            print(json.dumps({"valid": False, "backend": None, "errors": [f"sandbox: {exc}"], "checks": {}}))
+            print(_failure_json(f"sandbox: {exc}"))
         return _usage_error(f"sandbox failure: {exc}")
     finally:
         pool.close()
     if args.json:
-        print(verdict.to_json())
+        out = verdict.to_dict()
+        if not verdict.valid:
+            out["backend"] = None  # no backend is certified to run an invalid program
+        print(json.dumps(out, default=str))
     else:
         status = "VALID" if verdict.valid else "INVALID"
         print(f"{status} {args.file}: class {verdict.class_name or '?'}, backend {verdict.backend or '-'}, "
@@ -139,7 +164,7 @@ def cmd_play(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m spade_jax.envs", description=__doc__.split("\n")[0])
+    parser = _Parser(prog="python -m spade_jax.envs", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p):
@@ -166,12 +191,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _flag_error(args) -> str | None:
+    """The first out-of-range flag, as a one-line message naming it."""
     for name in ("step_timeout", "timeout"):
-        if getattr(args, name, 1.0) <= 0:
-            return _usage_error(f"--{name.replace('_', '-')} must be > 0")
-    return args.run(args)
+        value = getattr(args, name, None)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            return f"--{name.replace('_', '-')} must be a finite number of seconds > 0, got {value:g}"
+    if args.memory_mb < 128:
+        return f"--memory-mb must be >= 128 (Python and numpy need it), got {args.memory_mb}"
+    for name, low in (("seed", 0), ("episodes", 1), ("max_turns", 1)):
+        value = getattr(args, name, None)
+        if value is not None and value < low:
+            return f"--{name.replace('_', '-')} must be >= {low}, got {value}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    as_json = _wants_json(argv)
+    _Parser.json_errors = as_json
+    try:
+        args = build_parser().parse_args(argv)
+    finally:
+        _Parser.json_errors = False
+    as_json = getattr(args, "json", False)
+    message = _flag_error(args)
+    if message:
+        return _usage_error(message, as_json)
+    if not as_json:
+        return args.run(args)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        print(_failure_json("interrupted"))
+        return 130
+    except Exception as exc:  # a bug: still end stdout with the promised JSON line, then show the traceback
+        print(_failure_json(f"internal error: {type(exc).__name__}: {exc}"), flush=True)
+        raise
 
 
 if __name__ == "__main__":

@@ -145,8 +145,8 @@ class SandboxConfig:
 
     def __post_init__(self):
         for name in ("call_timeout_s", "load_timeout_s", "start_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"SandboxConfig.{name} must be > 0, got {getattr(self, name)}")
+            if not 0 < getattr(self, name) < float("inf"):  # NaN fails too
+                raise ValueError(f"SandboxConfig.{name} must be a finite number > 0, got {getattr(self, name)}")
         for name in ("memory_mb", "cpu_seconds", "nproc", "fsize_mb", "nofile", "scratch_mb",
                      "max_output_bytes", "max_obs_chars", "max_input_chars", "max_workers"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:

@@ -52,10 +52,14 @@ class ValidationConfig:
             raise ValueError("ValidationConfig.probe_actions must be strings")
         if not isinstance(self.max_turns, int) or not 1 <= self.max_turns <= self.max_declared_turns:
             raise ValueError(f"ValidationConfig.max_turns must be an int in [1, max_declared_turns], got {self.max_turns!r}")
-        if not self.reward_bound > 0:
-            raise ValueError(f"ValidationConfig.reward_bound must be > 0, got {self.reward_bound}")
-        if not self.budget_s > 0 or not self.step_timeout_s > 0:
-            raise ValueError("ValidationConfig.budget_s and step_timeout_s must be > 0")
+        for name in ("seeds", "determinism_seeds", "solution_seeds"):
+            if any(not isinstance(s, int) or s < 0 for s in getattr(self, name)):
+                raise ValueError(f"ValidationConfig.{name} must be ints >= 0, got {getattr(self, name)!r}")
+        if not 0 < self.reward_bound < math.inf:
+            raise ValueError(f"ValidationConfig.reward_bound must be a finite number > 0, got {self.reward_bound}")
+        if not 0 < self.budget_s < math.inf or not 0 < self.step_timeout_s < math.inf:
+            raise ValueError(f"ValidationConfig.budget_s and step_timeout_s must be finite numbers > 0, got "
+                             f"{self.budget_s}, {self.step_timeout_s}")
         if not -1.0 <= self.win_threshold <= 1.0:
             raise ValueError(f"ValidationConfig.win_threshold must be in [-1, 1], got {self.win_threshold}")
         if self.memory_mb < 128:

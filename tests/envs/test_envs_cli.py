@@ -50,6 +50,7 @@ def test_check_invalid_program_json(name):
     assert result.returncode == 1
     verdict = last_json(result.stdout)
     assert verdict["valid"] is False and verdict["errors"]
+    assert verdict["backend"] is None  # no backend is certified to run an invalid program
 
 
 def test_check_human_output():
@@ -73,6 +74,58 @@ def test_missing_file_with_json_still_ends_in_json():
     assert result.returncode == 2
     verdict = last_json(result.stdout)
     assert verdict["valid"] is False and "cannot read" in verdict["errors"][0]
+
+
+def _assert_json_usage_error(result):
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    verdict = last_json(result.stdout)
+    assert verdict["valid"] is False and verdict["backend"] is None
+    assert isinstance(verdict["errors"], list) and verdict["errors"] and verdict["errors"][0].startswith("usage: ")
+    assert "Traceback" not in result.stderr and result.stderr.strip().splitlines()[-1].count("error: ") == 1
+    return verdict
+
+
+GOOD = str(Path(__file__).parent / "corpus" / "good" / "guess_number.py")
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("check", "--json"), "required: file"),
+        (("check", "/no/such/file.py", "--json"), "No such file"),
+        (("check", str(Path(__file__).parent), "--json"), "Is a directory"),
+        (("check", GOOD, "--json", "--bogus"), "unrecognized arguments: --bogus"),
+        (("--json", "check", GOOD), "unrecognized arguments: --json"),
+        (("check", GOOD, "--json", "--backend", "nope"), "invalid choice: 'nope'"),
+        (("check", GOOD, "--json", "--timeout", "x"), "invalid float value"),
+        (("check", GOOD, "--json", "--timeout", "-1"), "--timeout must be"),
+        (("check", GOOD, "--json", "--timeout", "nan"), "--timeout must be"),
+        (("check", GOOD, "--json", "--step-timeout", "inf"), "--step-timeout must be"),
+        (("check", GOOD, "--json", "--memory-mb", "5"), "--memory-mb must be >= 128"),
+        (("check", GOOD, "--json=yes"), "--json"),
+    ],
+)
+def test_json_usage_errors_still_end_in_json(args, needle):
+    verdict = _assert_json_usage_error(run_cli(*args))
+    assert needle in verdict["errors"][0]
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs Linux /proc")
+def test_unreadable_file_with_json_ends_in_json():
+    # Reading /proc/self/mem from offset 0 fails (EIO) even for root, unlike a chmod 000 file.
+    verdict = _assert_json_usage_error(run_cli("check", "/proc/self/mem", "--json"))
+    assert "cannot read /proc/self/mem" in verdict["errors"][0]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("check", GOOD, "--step-timeout", "nan"), ("check", GOOD, "--memory-mb", "1"),
+     ("play", GOOD, "--episodes", "0"), ("play", GOOD, "--max-turns", "0"), ("play", GOOD, "--seed", "-1")],
+)
+def test_bad_flag_values_are_one_line_usage_errors(args):
+    result = run_cli(*args)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: --") and result.stderr.count("\n") == 1, result.stderr
 
 
 def test_play_session():
