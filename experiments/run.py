@@ -169,7 +169,9 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from spade_jax.checkpoint import CheckpointError  # noqa: PLC0415
     from spade_jax.config import ConfigError, load_config  # noqa: PLC0415
+    from spade_jax.rl.train import TrainingDiverged  # noqa: PLC0415
     from spade_jax.run import RunDirError, RunDirLocked, check_writable  # noqa: PLC0415
+    from spade_jax.selfplay import AllPlaysFailed  # noqa: PLC0415
 
     if args.resume and not args.out:
         print("error: --resume needs --out DIR (the run directory to continue)", file=sys.stderr)
@@ -195,6 +197,9 @@ def main(argv=None) -> int:
         log.debug("run failed", exc_info=True)
         print(f"error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
         return 2
+    except (TrainingDiverged, AllPlaysFailed) as err:
+        print(f"error: {err}", file=sys.stderr)  # raised before the iteration's checkpoint: the last good one stays
+        return 1
     except KeyboardInterrupt:
         print(_interrupted_message(out), file=sys.stderr)
         return 130

@@ -39,8 +39,18 @@ PLOT_KEYS = (
 )
 # Metrics shown in the progress bar's postfix when present.
 PROGRESS_KEYS = ("loss", "agent/win_rate", "designer/valid_rate", "designer/regret_mean")
-# Metrics where lower is better (used for the "best" column of summary.md).
-_LOWER_IS_BETTER = ("loss",)
+# Metrics where lower is better (used for the "best" column of summary.md); a key also counts when
+# it starts with one of _LOWER_IS_BETTER_PREFIXES.
+_LOWER_IS_BETTER = ("loss", "train/skipped", "train/skipped_steps")
+_LOWER_IS_BETTER_PREFIXES = ("agent/env_errors",)
+# Failure counts summed over the run for summary.md's "Failures" section: (metric, label).
+_FAILURE_COUNTS = (
+    ("agent/env_errors", "plays whose environment failed"),
+    ("agent/env_errors/exception", "... the program raised"),
+    ("agent/env_errors/timeout", "... a call timed out"),
+    ("agent/env_errors/sandbox_died", "... the sandbox worker died"),
+    ("train/skipped", "updates skipped as non-finite"),
+)
 
 _PACKAGE_LOGGER = "spade_jax"
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -534,9 +544,20 @@ class RunLogger:
                 ]
                 if not points:
                     continue
-                pick = min if key in _LOWER_IS_BETTER else max
+                lower = key in _LOWER_IS_BETTER or key.startswith(_LOWER_IS_BETTER_PREFIXES)
+                pick = min if lower else max
                 best_it, best = pick(points, key=lambda p: p[1])
                 lines.append(f"| {key} | {_fmt(points[-1][1])} | {_fmt(best)} | {best_it} |")
+
+        failures = []
+        for key, label in _FAILURE_COUNTS:
+            values = [(r["iteration"], _number(r[key])) for r in self.history if _number(r.get(key)) is not None]
+            if values:
+                hit = [it for it, v in values if v > 0]
+                where = f"{len(hit)} iterations, last {hit[-1]}" if hit else "none"
+                failures.append(f"| {label} | {_fmt(sum(v for _, v in values))} | {where} |")
+        if failures:
+            lines += ["", "## Failures", "", "| what | total | iterations with any |", "|---|---|---|", *failures]
 
         phases: dict[str, list[float]] = {}
         for record in self.history:

@@ -6,12 +6,11 @@ Both share the NNX model: after each update the learner writes the new params in
 from __future__ import annotations
 
 import logging
-import math
 
 import numpy as np
 
 from spade_jax.rl.collate import Sample, collate
-from spade_jax.rl.train import make_train_step
+from spade_jax.rl.train import TrainingDiverged, make_train_step
 from spade_jax.sampling import Sampler, SamplingConfig
 
 log = logging.getLogger("spade_jax.policy")
@@ -45,7 +44,12 @@ class Policy:
 
 
 class Learner:
-    """Holds the train state; `update(samples)` runs one jitted GRPO step on both roles' samples."""
+    """Holds the train state; `update(samples)` runs one jitted GRPO step on both roles' samples.
+
+    A non-finite step is skipped inside the jitted step (weights and optimizer state kept); after
+    `rl.max_nonfinite_steps` of them in a row `update` raises TrainingDiverged, before any checkpoint
+    of the bad step could be saved.
+    """
 
     def __init__(self, model, rl_config, *, mesh=None, sandbox=None, verbose: bool = True):
         self.model, self.cfg, self.mesh, self.sandbox = model, rl_config, mesh, sandbox
@@ -56,20 +60,41 @@ class Learner:
             shards = int(np.prod([mesh.shape[a] for a in ("data", "fsdp") if a in mesh.axis_names]))
         self.row_multiple = rl_config.micro_batches * shards
         self.max_length = model.spec.max_position
+        # Host-side counters (not checkpointed: a resumed run counts from 0 again).
+        self.skipped_steps = 0  # non-finite steps skipped since this Learner was made
+        self.nonfinite_run = 0  # non-finite steps in a row, up to the latest
 
     def update(self, samples: list[Sample]) -> dict:
         """One update; with nothing trainable (every advantage 0) the step is skipped, loss 0."""
         if not samples:
-            return {"loss": 0.0, "update/skipped": 1}
+            return {"loss": 0.0, "update/skipped": 1, "train/skipped": 0, "train/skipped_steps": self.skipped_steps}
         batch = collate(
             samples, row_multiple=self.row_multiple, max_length=self.max_length,
             pad_id=getattr(self.model.spec, "pad_token_id", None) or 0,
         )
         self.state, metrics = self.train_step(self.state, batch)
-        self.train_step.write_params(self.model, self.state)
         out = {k: float(v) for k, v in metrics.items()}
-        out["update/skipped"] = 0
+        skipped = out["train/skipped"] > 0
+        out["train/skipped"] = int(skipped)
+        out["update/skipped"] = int(skipped)
         out["update/rows"], out["update/length"] = batch.tokens_bt.shape
-        if not math.isfinite(out.get("loss", 0.0)):
-            raise FloatingPointError(f"the update produced a non-finite loss ({out['loss']}); lower rl.lr")
+        if not skipped:
+            self.nonfinite_run = 0
+            self.train_step.write_params(self.model, self.state)
+            out["train/skipped_steps"] = self.skipped_steps
+            return out
+        self.skipped_steps += 1
+        self.nonfinite_run += 1
+        out["train/skipped_steps"] = self.skipped_steps
+        limit = self.cfg.max_nonfinite_steps
+        log.warning(
+            "non-finite update skipped (loss %s, grad_norm %s); %d of %d in a row before the run stops",
+            out.get("loss"), out.get("grad_norm"), self.nonfinite_run, limit,
+        )
+        if self.nonfinite_run >= limit:
+            raise TrainingDiverged(
+                f"training diverged: {self.nonfinite_run} non-finite updates in a row (last loss "
+                f"{out.get('loss')}, grad_norm {out.get('grad_norm')}), none applied; the last good "
+                "checkpoint is kept (lower rl.lr, or raise rl.max_nonfinite_steps)"
+            )
         return out

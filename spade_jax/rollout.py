@@ -24,6 +24,10 @@ class RolloutConfig:
     # logprob). "\\boxed{" with the stop string "}" makes a small model answer in the action format.
     reply_prefix: str = ""
     step_workers: int = 8  # environment steps run concurrently on this many threads
+    # An environment failure during play (raised, timed out, sandbox died) ends the episode with this
+    # reward (SPADE's synthetic_game_env.py: -1; episode rewards are clipped to [-1, 1]).
+    env_error_reward: float = -1.0
+    train_on_env_errors: bool = True  # such an episode counts as terminated and carries loss (SPADE); False: cut, no reward, no loss
 
     def __post_init__(self):
         from spade_jax.config import positive  # noqa: PLC0415
@@ -31,6 +35,9 @@ class RolloutConfig:
         positive(self.max_turns, "rollout.max_turns")
         positive(self.max_context_tokens, "rollout.max_context_tokens")
         positive(self.step_workers, "rollout.step_workers")
+        from spade_jax.config import in_range  # noqa: PLC0415
+
+        in_range(self.env_error_reward, -1.0, 1.0, "rollout.env_error_reward")  # NaN is refused too
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +138,37 @@ class ChatStream:
 _PLACEHOLDER = "\ue000spade-reply\ue001"
 
 
+# How an environment failed during play (Trajectory.meta["env_error"]): the program raised or broke
+# the TextEnv contract; a call did not return in time (its sandbox worker was killed); the sandbox
+# worker died (exit, signal, limit, garbage on the pipe) or could not be started.
+ENV_ERROR_KINDS = ("exception", "timeout", "sandbox_died")
+
+
+def classify_env_error(err: BaseException) -> str:
+    """One of ENV_ERROR_KINDS for an exception raised by an environment's reset or step."""
+    from spade_jax.envs.sandbox import EnvCrashed, EnvError, EnvTimeout, SandboxError  # noqa: PLC0415
+
+    if isinstance(err, (EnvTimeout, TimeoutError)):
+        return "timeout"
+    if isinstance(err, EnvCrashed) or (isinstance(err, SandboxError) and not isinstance(err, EnvError)):
+        return "sandbox_died"
+    return "exception"
+
+
+def end_on_env_error(traj: Trajectory, err: BaseException, phase: str, config: RolloutConfig) -> None:
+    """Ends an episode whose environment failed in `phase` ("reset" or "step"): the kind and the
+    one-line error go to meta; the episode is lost with `env_error_reward` (SPADE) and kept for the
+    update, or, without `train_on_env_errors`, cut with no reward and no loss."""
+    traj.meta["env_error"] = classify_env_error(err)
+    traj.meta["env_error_phase"] = phase
+    traj.meta["error"] = " ".join(f"{phase} failed: {err}".split())[:600]
+    if config.train_on_env_errors:
+        traj.rewards.append(float(config.env_error_reward))
+        traj.terminated, traj.truncated = True, False
+    else:
+        traj.truncated = True
+
+
 def _step_all(executor, envs, actions):
     futures = [executor.submit(env.step, action) for env, action in zip(envs, actions)]
     results = []
@@ -155,7 +193,8 @@ def play_episodes(
 ) -> list[Trajectory]:
     """Plays one episode per env in lockstep: each turn is one batched generation over live episodes.
 
-    An env whose reset or step raises ends its episode (truncated, no reward) with the error in meta.
+    An env whose reset or step fails ends its episode (`end_on_env_error`): lost with
+    `config.env_error_reward`, the failure's kind in meta["env_error"] and its text in meta["error"].
     """
     n = len(envs)
     hints = list(hints) if hints is not None else [None] * n
@@ -175,8 +214,8 @@ def play_episodes(
             streams.append(stream)
             try:
                 obs, _info = future.result()
-            except Exception as err:  # noqa: BLE001
-                traj.truncated, traj.meta["error"] = True, f"reset failed: {err}"
+            except Exception as err:  # noqa: BLE001 (an environment crash ends its episode, not the run)
+                end_on_env_error(traj, err, "reset", config)
                 continue
             traj.observations.append(obs)
             prompt = stream.first_turn(format_observation(obs, hints[i]))
@@ -207,10 +246,14 @@ def play_episodes(
             for i, reply, result in zip(live, replies, results):
                 traj = trajectories[i]
                 if isinstance(result, Exception):
-                    traj.truncated, traj.meta["error"] = True, f"step failed: {result}"
+                    end_on_env_error(traj, result, "step", config)
                     continue
-                obs, reward, terminated, truncated, _info = result
-                reward = float(reward)
+                try:  # an in-process env may break the 5-tuple contract (the sandbox checks it)
+                    obs, reward, terminated, truncated, _info = result
+                    reward = float(reward)
+                except (TypeError, ValueError) as err:
+                    end_on_env_error(traj, err, "step", config)
+                    continue
                 traj.rewards.append(reward if math.isfinite(reward) else 0.0)
                 traj.observations.append(obs)
                 if terminated or truncated:

@@ -29,10 +29,16 @@ from spade_jax.envs.validate import validate
 from spade_jax.rl.advantages import get_advantage_estimator
 from spade_jax.rl.batch import AGENT, DESIGNER
 from spade_jax.rl.collate import Sample
-from spade_jax.rollout import Generation, play_episodes
+from spade_jax.rollout import ENV_ERROR_KINDS, Generation, play_episodes
 from spade_jax.rollout_device import play_episodes_device
 
 log = logging.getLogger("spade_jax.selfplay")
+
+_ENV_ERROR_LINES = 8  # warning lines per play phase about failed plays (one per environment and kind)
+
+
+class AllPlaysFailed(RuntimeError):
+    """Every play of an iteration failed in its environment: there is nothing to train on."""
 
 
 @dataclasses.dataclass
@@ -241,7 +247,7 @@ class SelfPlay:
                 try:
                     instances.append(self.compiled(env).make())
                 except (ProgramError, ValueError, RuntimeError, OSError) as err:
-                    instances.append(_BrokenEnv(str(err)))
+                    instances.append(_BrokenEnv(err))  # its plays fail at reset, classified by `err`
             try:
                 trajectories += play_episodes(
                     instances, [seed for _, _, seed in chunk], self._agent_generate, self.policy.tokenizer,
@@ -257,7 +263,39 @@ class SelfPlay:
                             close()
                         except Exception:  # noqa: BLE001 (closing a crashed env must not end the run)
                             pass
+        self.report_env_errors(trajectories)
         return trajectories
+
+    def report_env_errors(self, trajectories) -> None:
+        """Warns about plays whose environment failed (one line per environment and kind, a few lines
+        at most) and stops the run when every play failed."""
+        failed: dict = {}  # (env_id, kind) -> failed trajectories
+        for traj in trajectories:
+            if traj.meta.get("env_error"):
+                failed.setdefault((traj.group[0], traj.meta["env_error"]), []).append(traj)
+        if not failed:
+            return
+        plays: dict = {}
+        for traj in trajectories:
+            plays[traj.group[0]] = plays.get(traj.group[0], 0) + 1
+        backends = {e.env_id: e.backend for e in self.pool}
+        for n, ((env_id, kind), trajs) in enumerate(failed.items()):
+            if n == _ENV_ERROR_LINES:
+                rest = sum(len(t) for t in list(failed.values())[n:])
+                log.warning("iteration %d: %d more failed plays in %d more environment/kind pairs not shown",
+                            self.iteration, rest, len(failed) - n)
+                break
+            log.warning("iteration %d: env %s (%s): %d of %d plays failed (%s): %s", self.iteration, env_id,
+                        backends.get(env_id) or "?", len(trajs), plays[env_id], kind, trajs[0].meta["error"])
+        total = sum(len(t) for t in failed.values())
+        if total == len(trajectories):
+            counts = ", ".join(f"{k} {sum(len(t) for (_, kind), t in failed.items() if kind == k)}"
+                               for k in ENV_ERROR_KINDS)
+            env_id, kind = next(iter(failed))
+            raise AllPlaysFailed(
+                f"all {total} plays of iteration {self.iteration} failed in their environments ({counts}); "
+                f"nothing to train on; first: env {env_id}: {failed[env_id, kind][0].meta['error'][:200]}"
+            )
 
     def _play_on_device(self, jobs):
         """Plays the jobs of JAX-backend environments in the compiled device loop, one call per
@@ -323,6 +361,7 @@ class SelfPlay:
             "agent/mean_turns": float(np.mean([len(t.actions) for t in trajectories])) if trajectories else 0.0,
             "agent/boxed_share": float(np.mean([boxed_share(t) for t in trajectories])) if trajectories else 0.0,
             "agent/truncated_share": float(np.mean([t.truncated for t in trajectories])) if trajectories else 0.0,
+            **env_error_metrics(trajectories),
         }
         if hinted:
             regrets = [e.r_hint - e.r_nohint for e in self.pool if e.valid and not math.isnan(e.r_hint)]
@@ -479,6 +518,15 @@ class SelfPlay:
         return metrics
 
 
+def env_error_metrics(trajectories) -> dict[str, int]:
+    """Plays whose environment failed, in all and by kind (rollout.ENV_ERROR_KINDS); 0 when none
+    (the device loop's JAX environments cannot fail at play time)."""
+    kinds = [t.meta.get("env_error") for t in trajectories]
+    out = {"agent/env_errors": sum(k is not None for k in kinds)}
+    out.update({f"agent/env_errors/{kind}": kinds.count(kind) for kind in ENV_ERROR_KINDS})
+    return out
+
+
 def boxed_share(trajectory) -> float:
     """Share of the agent's replies that hold a complete \\boxed{...} action (0 with no replies)."""
     if not trajectory.actions:
@@ -496,16 +544,17 @@ def _finite(x: float) -> float | None:
 
 
 class _BrokenEnv:
-    """Stands in for an environment that could not be started: its episode ends with the error."""
+    """Stands in for an environment that could not be started: its episode ends with the error
+    (of the original type, so that it is classified like a failure during play)."""
 
-    def __init__(self, error: str):
+    def __init__(self, error: BaseException):
         self.error = error
 
     def reset(self, seed=None):
-        raise RuntimeError(self.error)
+        raise self.error.with_traceback(None)
 
     def step(self, action):
-        raise RuntimeError(self.error)
+        raise self.error.with_traceback(None)
 
 
 def fixed_pool_envs(env_pool: str | None) -> list[PoolEnv]:

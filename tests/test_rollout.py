@@ -4,7 +4,9 @@ import pytest
 
 from spade_jax.envs.library import load_library_env
 from spade_jax.models.tokenizer import byte_tokenizer
-from spade_jax.rollout import ChatStream, Generation, RolloutConfig, play_episodes
+from spade_jax.rollout import (
+    ENV_ERROR_KINDS, ChatStream, Generation, RolloutConfig, classify_env_error, play_episodes,
+)
 
 
 @pytest.fixture(scope="module")
@@ -100,10 +102,98 @@ def test_an_env_that_raises_ends_only_its_own_episode(tokenizer):
     env.reset(1)
     plan = env.solution()
     scripted = _Scripted(tokenizer, [list(plan), ["\\boxed{1}"]])
-    good, bad = play_episodes([env, _Crashing()], [1, 1], scripted, tokenizer, RolloutConfig(max_turns=40),
+    # Without train_on_env_errors, the episode is cut: no reward, no loss.
+    good, bad = play_episodes([env, _Crashing()], [1, 1], scripted, tokenizer,
+                              RolloutConfig(max_turns=40, train_on_env_errors=False),
                               format_observation=lambda obs, hint: obs)
     assert good.won
     assert bad.truncated and "boom" in bad.meta["error"] and not any(bad.loss_mask)
+    assert bad.meta["env_error"] == "exception" and bad.episode_reward == 0.0
+
+
+class _FailingReset:
+    def reset(self, seed=None):
+        raise ValueError("no board")
+
+
+def test_an_env_error_loses_the_episode_with_reward_minus_one_and_keeps_its_loss(tokenizer):
+    """SPADE (synthetic_game_env.py): an environment error during play ends the episode with reward
+    -1, and that episode is trained like any terminated one."""
+    scripted = _Scripted(tokenizer, [["\\boxed{1}"], ["\\boxed{1}"]])
+    bad, no_reset = play_episodes([_Crashing(), _FailingReset()], [1, 1], scripted, tokenizer,
+                                  RolloutConfig(max_turns=40), format_observation=lambda obs, hint: obs)
+    assert bad.terminated and not bad.truncated and not bad.won
+    assert bad.episode_reward == -1.0 and bad.rewards == [-1.0]
+    assert sum(bad.loss_mask) == len(_reply(tokenizer, "\\boxed{1}"))  # the agent's one reply carries loss
+    assert bad.meta["env_error"] == "exception" and bad.meta["env_error_phase"] == "step"
+    assert "boom" in bad.meta["error"]
+    assert no_reset.episode_reward == -1.0 and not no_reset.tokens and not no_reset.trainable
+    assert no_reset.meta["env_error_phase"] == "reset" and "no board" in no_reset.meta["error"]
+
+    (half,) = play_episodes([_Crashing()], [1], _Scripted(tokenizer, [["x"]]), tokenizer,
+                            RolloutConfig(env_error_reward=-0.5), format_observation=lambda obs, hint: obs)
+    assert half.episode_reward == -0.5
+    with pytest.raises(ValueError, match="env_error_reward"):
+        RolloutConfig(env_error_reward=-2.0)
+
+
+def test_env_errors_are_classified_by_kind():
+    from spade_jax.envs.sandbox import EnvCrashed, EnvError, EnvTimeout, SandboxError
+
+    assert classify_env_error(EnvTimeout("step() did not return")) == "timeout"
+    assert classify_env_error(TimeoutError()) == "timeout"
+    assert classify_env_error(EnvCrashed("exited with code 3")) == "sandbox_died"
+    assert classify_env_error(SandboxError("sandbox worker failed to start")) == "sandbox_died"
+    assert classify_env_error(EnvError("step() raised ValueError")) == "exception"
+    assert classify_env_error(KeyError("x")) == "exception"
+    assert set(ENV_ERROR_KINDS) == {"exception", "timeout", "sandbox_died"}
+
+
+# Valid under the validator's probes; fails only when the agent says "zap".
+_ZAP = """
+import os
+
+
+class ZapEnv:
+    def reset(self, seed=None):
+        self.turn = 0
+        return "Say something as \\\\boxed{word}.", {}
+
+    def step(self, action):
+        self.turn += 1
+        if "zap" in action:
+            FAIL
+        return "Go on.", 0.0, False, self.turn >= 5, {}
+"""
+HOSTILE = {
+    "exception": "raise ValueError('zapped')",
+    "timeout": "while True: pass",
+    "sandbox_died": "os._exit(3)",
+}
+
+
+def hostile_program(kind: str) -> str:
+    """A program whose step fails in the given way when the action holds "zap" (shared with selfplay tests)."""
+    return _ZAP.replace("FAIL", HOSTILE[kind])
+
+
+@pytest.mark.timeout(60)
+def test_sandboxed_play_time_failures_are_told_apart(tokenizer):
+    from spade_jax.envs.sandbox import SandboxConfig, SandboxPool
+
+    with SandboxPool(SandboxConfig(call_timeout_s=1.0, workers=0)) as pool:
+        envs = [pool.load(hostile_program(kind), "ZapEnv") for kind in HOSTILE]
+        try:
+            scripted = _Scripted(tokenizer, [["\\boxed{ok}", "\\boxed{zap}"]] * len(envs))
+            trajs = play_episodes(envs, [0] * len(envs), scripted, tokenizer, RolloutConfig(max_turns=4),
+                                  format_observation=lambda obs, hint: obs)
+        finally:
+            for env in envs:
+                env.close()
+    for kind, traj in zip(HOSTILE, trajs):
+        assert traj.meta["env_error"] == kind, (kind, traj.meta)
+        assert traj.meta["env_error_phase"] == "step" and "\n" not in traj.meta["error"]
+        assert traj.rewards == [0.0, -1.0] and traj.terminated and len(traj.actions) == 2
 
 
 def test_hint_goes_into_the_first_observation_only(tokenizer):

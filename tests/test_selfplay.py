@@ -18,7 +18,8 @@ def test_tiny_run_two_iterations_then_resume_a_third(tmp_path):
     assert run_main(["--config", "tiny", "--out", str(out), "iterations=2"]) == 0
     first = _metrics(out)
     assert [m["iteration"] for m in first] == [0, 1]
-    for key in ("loss", "agent/win_rate", "designer/valid_rate", "designer/regret_mean", "memory/size"):
+    for key in ("loss", "agent/win_rate", "designer/valid_rate", "designer/regret_mean", "memory/size",
+                "agent/env_errors", "agent/env_errors/timeout", "train/skipped", "train/skipped_steps"):
         assert key in first[0], key
     assert any(k.startswith("time/") for k in first[0])
     assert yaml.safe_load((out / "config.yaml").read_text())["model"]["name"] == "tiny"
@@ -28,6 +29,7 @@ def test_tiny_run_two_iterations_then_resume_a_third(tmp_path):
     assert all((out / "envs" / f"{e['env_id']}.py").is_file() for e in designed)
     assert all(not e["valid"] and e["errors"] for e in designed)  # a random model writes no valid program
     assert (out / "summary.md").is_file() and list((out / "plots").glob("*.png"))
+    assert "plays whose environment failed" in (out / "summary.md").read_text()
     assert list((out / "tensorboard").iterdir())
     assert (out / "checkpoints" / "2").is_dir()
 

@@ -12,7 +12,7 @@ from spade_jax.envs.library import library_program
 from spade_jax.envs.sandbox import SandboxPool
 from spade_jax.models.registry import load_model
 from spade_jax.policy import Policy
-from spade_jax.selfplay import PoolEnv, SelfPlay
+from spade_jax.selfplay import PoolEnv, SelfPlay, env_error_metrics
 
 OVERRIDES = ["agent_sampling.temperature=0", "agent_sampling.max_new_tokens=6", "group_size=2",
              "rollout.max_turns=2",
@@ -51,3 +51,6 @@ def test_device_loop_plays_jax_envs_like_the_host_loop(parts):
     for a, b in zip(device, host):
         assert a.tokens == b.tokens and a.loss_mask == b.loss_mask
         assert a.rewards == b.rewards and a.actions == b.actions
+    # JAX environments cannot fail at play time; the failure counts are there, at 0.
+    assert env_error_metrics(device) == {"agent/env_errors": 0, "agent/env_errors/exception": 0,
+                                         "agent/env_errors/timeout": 0, "agent/env_errors/sandbox_died": 0}

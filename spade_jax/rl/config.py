@@ -34,6 +34,7 @@ class RLConfig:
     logprob_chunk: int | None = None  # time steps per chunk of the output projection (saves the [B, T, V] logits); None: all at once
     seed: int = 0  # seeds the RNG carried in the train state
     format_bonus: float = 0.0  # agent reward + this x the share of its replies holding a complete \boxed{...} (SPADE: 0; shaping for small models that never answer in the action format)
+    max_nonfinite_steps: int = 3  # this many non-finite updates in a row (each skipped, weights kept) stop the run with TrainingDiverged
 
     def __post_init__(self):
         if not (0.0 <= self.eps_low < 1.0) or self.eps_high < 0.0:
@@ -64,6 +65,8 @@ class RLConfig:
 
         get_advantage_estimator(self.agent_advantage)
         get_advantage_estimator(self.designer_advantage)
+        if not isinstance(self.max_nonfinite_steps, int) or self.max_nonfinite_steps < 1:
+            raise ValueError(f"RLConfig.max_nonfinite_steps must be an int >= 1, got {self.max_nonfinite_steps!r}")
 
     def replace(self, **changes) -> "RLConfig":
         return dataclasses.replace(self, **changes)

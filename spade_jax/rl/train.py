@@ -1,6 +1,7 @@
 """TrainState and the jitted, sharded, buffer-donating GRPO train step with micro-batch accumulation.
 
 `make_train_step(model, cfg, mesh)` returns the `TrainStep`: `init(model)`, `step(state, batch)`, write-back.
+A step whose loss, gradients or updates are not finite is skipped inside the step (`train/skipped`).
 """
 
 from __future__ import annotations
@@ -22,13 +23,17 @@ from spade_jax.rl.batch import ROLE_NAMES, TrainBatch
 from spade_jax.rl.config import RLConfig
 from spade_jax.rl.losses import grpo_loss, loss_normalisers, token_logprobs
 
+class TrainingDiverged(FloatingPointError):
+    """Several updates in a row were not finite; none of them was applied (the Learner raises it)."""
+
+
 @flax.struct.dataclass
 class TrainState:
     """Everything the update changes; the model structure (graphdef) lives in the `TrainStep`."""
 
     params: Any  # nested dict of arrays (nnx.to_pure_dict layout); float32 master copy when RLConfig.master_fp32
     opt_state: Any  # optax state (clip + AdamW)
-    step: jax.Array  # int32 scalar: optimizer steps taken
+    step: jax.Array  # int32 scalar: optimizer steps taken (a skipped, non-finite step does not count)
     rng: jax.Array  # uint32 [2] raw PRNG key data, split once per step (checkpointable as-is)
 
 
@@ -84,6 +89,12 @@ def prepare_batch(batch: TrainBatch) -> TrainBatch:
     if batch.is_stale_b is None:
         changes["is_stale_b"] = np.zeros((batch.batch_size,), bool)
     return batch.replace(**changes) if changes else batch
+
+
+def _all_finite(tree) -> jax.Array:
+    """True when every float leaf of `tree` is free of NaN and inf (per leaf, so no norm can overflow)."""
+    flags = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(flags)) if flags else jnp.bool_(True)
 
 
 def _split_micro_batches(x, m: int):
@@ -312,15 +323,23 @@ def make_train_step(
             grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
         grad_norm = optax.tree.norm(grads)
         updates, opt_state = optimizer.update(grads, state.opt_state, params)
-        new_params = optax.apply_updates(params, updates)
+        # A non-finite loss, gradient or update (NaN advantages, rl.lr=nan, an overflow) would poison
+        # every weight and moment: such a step keeps the old params and optimizer state, bit for bit.
+        finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm) & _all_finite(updates)
+        new_params = jax.tree.map(
+            lambda new, old: jnp.where(finite, new, old), optax.apply_updates(params, updates), params
+        )
+        opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), opt_state, state.opt_state)
         rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state.rng))[0])
         metrics = dict(metrics)
+        metrics["train/skipped"] = jnp.logical_not(finite).astype(jnp.float32)
         metrics["grad_norm"] = grad_norm
         metrics["tokens"] = norm.tokens
         metrics["sequences"] = norm.sequences
         for r, name in enumerate(ROLE_NAMES):
             metrics[f"{name}/tokens"] = norm.role_tokens[r]
-        new_state = TrainState(params=new_params, opt_state=opt_state, step=state.step + 1, rng=rng)
+        steps = state.step + finite.astype(jnp.int32)
+        new_state = TrainState(params=new_params, opt_state=opt_state, step=steps, rng=rng)
         return new_state, metrics
 
     if mesh is None:

@@ -164,3 +164,56 @@ def test_sharded_step_on_8_cpu_devices_equals_unsharded(tmp_path):
     assert result["sharded_params"] > 0  # the check really sharded something
     assert result["param_diff"] < 1e-6, result
     assert result["metric_diff"] < 1e-5, result
+
+
+def _host_copy(tree):
+    return [np.array(x, copy=True) for x in jax.tree.leaves(tree)]
+
+
+def _assert_bitwise_equal(before, tree):
+    after = jax.tree.leaves(tree)
+    assert len(before) == len(after)
+    for a, b in zip(before, after):
+        assert a.dtype == np.asarray(b).dtype
+        np.testing.assert_array_equal(np.asarray(b), a)  # NaN nowhere, value for value
+
+
+def test_a_non_finite_step_is_skipped_inside_the_donated_step():
+    model = tiny_decoder(0)
+    init, step = make_train_step(model, CFG, verbose=False)
+    state = init(model)
+    state, metrics = step(state, make_train_batch(0, ref=True))
+    assert float(metrics["train/skipped"]) == 0.0 and int(state.step) == 1
+    params, opt_state = _host_copy(state.params), _host_copy(state.opt_state)
+
+    bad = make_train_batch(1, ref=True)
+    bad = bad.replace(advantages_b=np.where(np.arange(8) == 2, np.nan, bad.advantages_b).astype(np.float32))
+    old = state
+    state, metrics = step(state, bad)
+    assert jax.tree.leaves(old.params)[0].is_deleted()  # still donated
+    assert float(metrics["train/skipped"]) == 1.0 and not np.isfinite(float(metrics["loss"]))
+    _assert_bitwise_equal(params, state.params)
+    _assert_bitwise_equal(opt_state, state.opt_state)
+    assert int(state.step) == 1  # a skipped step is not an optimizer step
+
+    state, metrics = step(state, make_train_batch(2, ref=True))  # training goes on from the kept state
+    assert float(metrics["train/skipped"]) == 0.0 and int(state.step) == 2
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state.params))
+    assert any(not np.array_equal(a, np.asarray(b)) for a, b in zip(params, jax.tree.leaves(state.params)))
+
+
+def test_lr_nan_never_reaches_the_weights():
+    """rl.lr=nan leaves the loss and gradients finite; the update itself is NaN and must be refused."""
+    try:
+        cfg = CFG.replace(lr=float("nan"))
+    except ValueError:
+        return  # the config refusing it outright is just as good
+    model = tiny_decoder(0)
+    init, step = make_train_step(model, cfg, verbose=False)
+    state = init(model)
+    params, opt_state = _host_copy(state.params), _host_copy(state.opt_state)
+    state, metrics = step(state, make_train_batch(0, ref=True))
+    assert np.isfinite(float(metrics["loss"])) and np.isfinite(float(metrics["grad_norm"]))
+    assert float(metrics["train/skipped"]) == 1.0
+    _assert_bitwise_equal(params, state.params)
+    _assert_bitwise_equal(opt_state, state.opt_state)
