@@ -252,9 +252,11 @@ def main(argv: list[str] | None = None) -> int:
         result["duplicates"] = flags
         if flags:
             print(f"\n{len(flags)} generated environment(s) resemble an eval environment "
-                  f"(content-word Jaccard >= {evaluation.DUPLICATE_THRESHOLD}):")
+                  f"(content-word Jaccard >= {evaluation.DUPLICATE_THRESHOLD} "
+                  f"or family >= {evaluation.FAMILY_THRESHOLD}):")
             for flag in flags:
-                print(f"  {flag['env_id']}  ~  {flag['eval_env']}  ({flag['similarity']:.2f})")
+                print(f"  {flag['env_id']}  ~  {flag['eval_env']}  (similarity {flag['similarity']:.2f}, "
+                      f"family {flag['family']:.2f})")
     if out is not None:
         text = json.dumps(result, indent=2) + "\n"
         try:

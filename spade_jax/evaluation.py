@@ -6,11 +6,13 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import math
 import random
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -18,6 +20,7 @@ import numpy as np
 
 __all__ = [
     "DUPLICATE_THRESHOLD",
+    "FAMILY_THRESHOLD",
     "SUITES",
     "DuplicateFlag",
     "EpisodeResult",
@@ -27,6 +30,8 @@ __all__ = [
     "Policy",
     "TaskResult",
     "evaluate",
+    "family_score",
+    "family_words",
     "first_observation",
     "flag_duplicates",
     "get_suite",
@@ -68,7 +73,7 @@ class EvalTask:
         if not re.fullmatch(r"(game|rg):[A-Za-z0-9_.\-]+", self.env_id):
             raise ValueError(
                 f"eval env id {self.env_id!r} must look like 'game:TowerofHanoi-v0-easy' or "
-                "'rg:knights_knaves'"
+                "'rg:countdown'"
             )
         if self.episodes < 1:
             raise ValueError(f"{self.env_id}: episodes must be >= 1, got {self.episodes}")
@@ -131,7 +136,10 @@ _GAMES = (
     ("game:Sokoban-v0-easy", 20),
 )
 # reasoning-gym generators with reproducible per-seed items and sound scorers (see FACTS.md).
-_REASONING = ("rg:knights_knaves", "rg:maze", "rg:arc_1d", "rg:countdown")
+# No task may be a puzzle family of the training library (spade_jax/envs/library): knights_knaves
+# and maze were (KnightsKnavesEnv, GridMazeEnv), so zebra_puzzles (logic) and largest_island
+# (grid search) replaced them; tests/test_evaluation.py checks every suite task with family_score.
+_REASONING = ("rg:zebra_puzzles", "rg:largest_island", "rg:arc_1d", "rg:countdown")
 
 
 def _suite(name: str, episodes: int) -> EvalSuite:
@@ -531,12 +539,20 @@ def model_policy(
 
 # ----------------------------------------------------------------------------- duplicates
 
-# Flag a generated env when the content-word Jaccard similarity of its text and an eval env's
-# first observation reaches this. Measured (docs/evaluation.md): the hand-written library envs
-# score at most 0.10 against every eval env; programs that restate an eval task in their own
-# words score 0.22-0.41; two different eval tasks score at most 0.23 (shared answer-format
-# boilerplate). A flag asks for a look, it is not proof of a copy.
+# A generated env is flagged against an eval task when either of two scores reaches its
+# threshold (docs/evaluation.md has the measurements). A flag asks for a look, it is not proof.
+# - similarity: content-word Jaccard of the program's text and the task's first observation.
+#   It catches copies and restatements (the tests' rewrites: 0.24, 0.37; a copy: 1.0) but
+#   not a new text about the same puzzle: the library's knights-and-knaves env scored 0.07
+#   against rg:knights_knaves. Library envs score at most 0.09 against the suite's tasks.
 DUPLICATE_THRESHOLD = 0.2
+# - family: is it the same kind of puzzle? 1.0 when the program's class names or docstrings use
+#   every word of the task's name, else the share of the task's family words (family_words)
+#   that the program's text uses. Library knights-and-knaves env vs rg:knights_knaves: 1.0 by
+#   name, 0.54 by words alone; library envs vs the suite's tasks: at most 0.20.
+FAMILY_THRESHOLD = 0.3
+# First observations read per task for its family words; a word must be in 3/4 of them.
+FAMILY_SEEDS = 8
 
 _STOPWORDS = frozenset(
     """the and for you your are with that this from have has not but can will its into any each
@@ -546,6 +562,7 @@ _STOPWORDS = frozenset(
 )
 _WORD = re.compile(r"[a-z]+")
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
+_GLUED = re.compile(r"(?<=[a-z])(of|the)(?=[A-Z])")  # GEM ids glue small words: "TowerofHanoi"
 
 
 def _content_words(text: str) -> frozenset[str]:
@@ -561,9 +578,88 @@ def similarity(a: str, b: str) -> float:
     return len(wa & wb) / len(wa | wb)
 
 
+def _singular(word: str) -> str:
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith(("sses", "xes", "ches", "shes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
+def _stems(text: str, length: int | None = 5) -> frozenset[str]:
+    """Content words made singular and cut to `length` letters, so that word forms meet:
+    "Knights" and "knight", "islanders" and "island", "truthful" and "truth"."""
+    return frozenset(_singular(w)[:length] for w in _content_words(text))
+
+
+def _task_name(env_id: str) -> str:
+    """The puzzle's name in an eval env id: "game:TowerofHanoi-v0-easy" -> "Tower of Hanoi",
+    "rg:knights_knaves" -> "knights knaves"."""
+    name = re.split(r"-v\d", env_id.split(":", 1)[-1])[0]
+    return _GLUED.sub(r" \1 ", name).replace("_", " ")
+
+
+_OBSERVATION_CACHE: dict[tuple[str, int], str] = {}
+
+
+def _observation(env_id: str, seed: int) -> str:
+    if (env_id, seed) not in _OBSERVATION_CACHE:
+        _OBSERVATION_CACHE[env_id, seed] = first_observation(env_id, seed)
+    return _OBSERVATION_CACHE[env_id, seed]
+
+
+@functools.cache
+def _instruction_stems(env_id: str) -> frozenset[str]:
+    """Stems in at least 3/4 of the task's first FAMILY_SEEDS observations: the words of its
+    instructions, not one episode's names and numbers (rg:knights_knaves calls its people
+    knights/knaves, heroes/villains, angels/devils, ... from seed to seed)."""
+    counts = Counter()
+    for i in range(FAMILY_SEEDS):
+        counts.update(_stems(_observation(env_id, HELDOUT_SEED_BASE + i)))
+    return frozenset(w for w, k in counts.items() if 4 * k >= 3 * FAMILY_SEEDS)
+
+
+def family_words(env_id: str) -> frozenset[str]:
+    """The stems that mark eval task `env_id`'s puzzle family: the words of its name plus its
+    instruction words, less boilerplate (instruction words of 3 or more tasks of the
+    `heldout` suite: answer format, "board", "move", ...)."""
+    counts = Counter(w for task in SUITES["heldout"].tasks for w in _instruction_stems(task.env_id))
+    boilerplate = {w for w, k in counts.items() if k >= 3}
+    return (_instruction_stems(env_id) - boilerplate) | _stems(_task_name(env_id))
+
+
+def family_score(text: str, env_id: str, names: str = "") -> float:
+    """How much a program belongs to the puzzle family of eval task `env_id`, in [0, 1]: 1.0 when
+    its `names` (class names and docstrings) use every word of the task's name, as whole words
+    ("KnightsKnavesEnv" for rg:knights_knaves); else the share of family_words(env_id) that its
+    `text` (what it shows a player, or an observation) uses."""
+    name = _stems(_task_name(env_id), length=None)
+    if name and name <= _stems(names, length=None):
+        return 1.0
+    family = family_words(env_id)
+    return len(family & _stems(text)) / len(family) if family else 0.0
+
+
+def _program_names(source: str) -> str:
+    """A program's class names and docstrings (module, classes, functions); "" if unparseable."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ""
+    parts = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            parts.append(ast.get_docstring(node) or "")
+        if isinstance(node, ast.ClassDef):
+            parts.append(node.name.removesuffix("Env"))
+    return "\n".join(parts)
+
+
 def _program_text(source: str) -> str:
     """What a program would show a player, read without running it: its string literals
-    (f-string text included), its class names and its docstrings."""
+    (f-string text and docstrings included) and its class names."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -580,17 +676,8 @@ def _program_text(source: str) -> str:
 class DuplicateFlag(NamedTuple):
     env_id: str  # generated environment
     eval_env: str  # eval task it resembles
-    similarity: float  # content-word Jaccard, >= the threshold
-
-
-_REFERENCE_CACHE: dict[tuple[str, int], str] = {}
-
-
-def _reference_text(task: EvalTask) -> str:
-    key = (task.env_id, task.episode_seeds[0])
-    if key not in _REFERENCE_CACHE:
-        _REFERENCE_CACHE[key] = first_observation(task.env_id, task.episode_seeds[0])
-    return _REFERENCE_CACHE[key]
+    similarity: float  # content-word Jaccard with the task's first observation
+    family: float  # family_score against the task
 
 
 def flag_duplicates(
@@ -599,31 +686,38 @@ def flag_duplicates(
     *,
     observations: Mapping[str, str] | None = None,
     threshold: float = DUPLICATE_THRESHOLD,
+    family_threshold: float = FAMILY_THRESHOLD,
 ) -> list[DuplicateFlag]:
-    """Generated envs that look like an eval env: (env_id, most similar eval env, similarity)
-    for each program scoring at or above `threshold`, most similar first. Programs are never run: their text is
-    their string literals and class names; `observations` (env_id -> first observation text,
-    e.g. from rollouts) adds what the env actually showed. A sequence is keyed by index."""
+    """Generated envs that look like an eval env: one flag per program whose similarity reaches
+    `threshold` or whose family score reaches `family_threshold` against some eval task, for the
+    task with the highest of the two scores; most alike first. Programs are never run: their
+    text is their string literals and class names; `observations` (env_id -> first observation
+    text, e.g. from rollouts) adds what the env actually showed, and the higher score counts.
+    A sequence is keyed by index."""
     if isinstance(suite, str):
         suite = get_suite(suite)
-    if not 0.0 < threshold <= 1.0:
-        raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
+    for name, value in (("threshold", threshold), ("family_threshold", family_threshold)):
+        if not 0.0 < value <= 1.0:
+            raise ValueError(f"{name} must lie in (0, 1], got {value}")
     if not isinstance(program_sources, Mapping):
         program_sources = {str(i): src for i, src in enumerate(program_sources)}
     observations = observations or {}
-    references = [(task.env_id, _reference_text(task)) for task in suite.tasks]
+    references = [(task.env_id, _observation(task.env_id, task.episode_seeds[0])) for task in suite.tasks]
     flags = []
     for env_id, source in program_sources.items():
         texts = [_program_text(source)]
         if env_id in observations:
             texts.append(observations[env_id])
-        # One flag per program, for the eval env it resembles most: eval tasks share
-        # answer-format boilerplate, so the runner-up says nothing new.
-        score, eval_env = max(
-            (max(similarity(text, reference) for text in texts), eval_env)
-            for eval_env, reference in references
-        )
-        if score >= threshold:
-            flags.append(DuplicateFlag(env_id, eval_env, round(score, 4)))
-    flags.sort(key=lambda f: (-f.similarity, f.env_id, f.eval_env))
+        names = _program_names(source)
+        hits = []
+        for eval_env, reference in references:
+            sim = max(similarity(text, reference) for text in texts)
+            fam = max(family_score(text, eval_env, names) for text in texts)
+            if sim >= threshold or fam >= family_threshold:
+                hits.append((max(sim, fam), eval_env, sim, fam))
+        # One flag per program, for the eval task it resembles most.
+        if hits:
+            _, eval_env, sim, fam = max(hits)
+            flags.append(DuplicateFlag(env_id, eval_env, round(sim, 4), round(fam, 4)))
+    flags.sort(key=lambda f: (-max(f.similarity, f.family), f.env_id, f.eval_env))
     return flags
