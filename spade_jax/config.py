@@ -282,7 +282,10 @@ class Config:
     iterations: int = 8  # rollout steps (agent updates) to run
     regen_interval: int = 4  # SPADE: a new environment pool every this many iterations
     pool_size: int = 24  # SPADE: environments the designer writes per regeneration
-    group_size: int = 16  # SPADE's G: plays per environment and arm (GRPO group size)
+    group_size: int = 16  # SPADE's G: plays per environment and arm (GRPO group size); the hinted arm's plays
+    nohint_plays_total: int | None = None  # SPADE: 192, no-hint plays per game = ceil(this / valid games); None: group_size
+    global_batch: int | None = None  # SPADE: 192 samples per update, designer samples first, agent samples trimmed or upsampled to fill; None: every sample once
+    design_attempts: int = 5  # SPADE: an invalid design is generated again, up to this many attempts per pool slot
     min_valid_envs: int = 0  # top the pool up with library environments to this many valid ones
     train_designer: bool = True  # False: the frozen-designer ablation
     use_memory: bool = True  # False: the no-memory ablation (designer sees no past environments)
@@ -321,9 +324,12 @@ class Config:
         if self.play_loop == "device" and self.rollout.reply_prefix:
             raise ConfigError("rollout.reply_prefix needs play_loop=host (the device loop reads whole replies)")
         for key in ("iterations", "regen_interval", "pool_size", "group_size", "max_parallel_episodes",
-                    "checkpoint_every", "keep_checkpoints"):
+                    "checkpoint_every", "keep_checkpoints", "design_attempts"):
             positive(getattr(self, key), key)
         positive(self.min_valid_envs, "min_valid_envs", allow_zero=True)
+        for key in ("nohint_plays_total", "global_batch"):
+            if getattr(self, key) is not None:
+                positive(getattr(self, key), key)
         in_range(self.seed, 0, MAX_SEED, "seed")
         # Sections built in code skip _coerce; no float knob means anything at NaN or infinity.
         for section in dataclasses.fields(self):

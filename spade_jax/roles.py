@@ -28,7 +28,7 @@ class RolesConfig:
     doc_max_chars: int = 6_000  # most of a grounding document shown to the designer
     doc_min_chars: int = 600  # the document is cut to no less than this, even over the prompt budget
     example_max_chars: int = 6_000  # library example or edit base; longer ones are skipped when another fits
-    memory_example_max_chars: int = 2_500  # each past environment from memory is cut to this
+    memory_example_max_chars: int = 2_000  # each past environment from memory is cut to this (SPADE: 2000)
     hint_source_max_chars: int = 12_000  # environment source shown to the hint writer
     library_example: bool = True  # show one library environment in write mode
 
@@ -54,15 +54,22 @@ SKILL_DESCRIPTIONS: dict[str, str] = {
     "causal inference": "experiments and observations that reveal hidden causes and effects",
 }
 
-# The environment contract, stated as the validator checks it (SPADE step 4-5; DESIGN.md).
+# The environment contract: what spade_jax/envs/validate.py checks (interface, determinism, reward
+# range, turn limit, solution() wins) plus what SPADE's designer prompt asks of a game (hidden state,
+# partial progress rewards, robustness, self-verification, standard library, several steps).
 ENV_CONTRACT = """\
-An environment is ONE Python class whose name ends in `Env` (standard library only; numpy allowed) with:
+An environment is ONE Python class whose name ends in `Env` that imports only the Python standard library (random, re, math, ...), with:
 - reset(self, seed=None) -> (observation: str, info: dict). The same seed gives the same episode: draw all randomness from rng = random.Random(seed), never from the global random module.
-- step(self, action: str) -> (observation: str, reward: float, terminated: bool, truncated: bool, info: dict). The action is the player's whole reply; read the command from its last \\boxed{...}. An unreadable or illegal action uses up a turn and the observation says why.
-- Rewards: 1.0 when the player wins and 0.0 when it loses, both with terminated=True; 0.0 on every other step. When the turn limit (at most 25 turns) runs out: reward 0.0, terminated=False, truncated=True.
-- solution(self) -> list of actions (each a "\\boxed{...}" string) that wins the episode of the last reset.
+- step(self, action: str) -> (observation: str, reward: float, terminated: bool, truncated: bool, info: dict). The action is the player's whole reply; read the command from its last \\boxed{...}.
+- solution(self) -> list of actions (each a "\\boxed{...}" string) that wins the episode of the last reset, worked out from the hidden state.
 - close(self) -> None.
-Every observation shows the current state, the result of the last action and the legal actions written as \\boxed{...}.
+Rules:
+- Hidden state: reset() keeps something from the player (a secret, a rule, a layout) that it uncovers by acting. Every observation shows the current state, the result of the last action and the legal actions written as \\boxed{...}.
+- Several steps: winning takes at least 3 actions; never state the whole task at once and grade one reply.
+- Rewards lie in [0, 1]. The step that reaches the goal returns 1.0 with terminated=True. A loss ends the episode (terminated=True) with partial credit below 1.0 for the progress made (0.0 for none); other steps may return partial progress below 1.0. The reward of the step that ends the episode is the score. When the turn limit (at most 25 turns) runs out: reward 0.0, terminated=False, truncated=True.
+- Self-verifying: step() checks every answer itself against the hidden state, and solution() wins by that same check.
+- Robust to malformed actions: an action that is empty, has no \\boxed{...}, or holds an unknown or illegal command never raises; it uses up a turn, earns 0.0, and the observation says why and what is legal. Every path of step() returns the 5-tuple.
+- Before you reply, trace your program: solution() from reset(seed=0) must reach the goal, and two different action sequences must lead to different observations.
 Fast subset (preferred): state in ints, bools and fixed-length lists of ints; randomness only in reset; for loops over range(...) instead of while loops; no recursion, files, network or threads."""
 
 DESIGNER_SYSTEM = (
@@ -71,7 +78,8 @@ DESIGNER_SYSTEM = (
     + ENV_CONTRACT
 )
 
-HINT_SYSTEM = "You write short hints for the player of a text game. You know the game's code; the player does not."
+HINT_SYSTEM = ("You write short hints for the player of a text game. You can read the game's code; the player sees "
+               "only its observations.")
 
 AGENT_SYSTEM = (
     "You are playing a text game. Each turn, think briefly about the state, then end your reply "
@@ -104,6 +112,56 @@ def _record_line(record: Any) -> str:
     return "(" + ", ".join(parts) + ")" if parts else ""
 
 
+def _class_name(record: Any) -> str:
+    """The environment class of a memory record's program (the last `class` line, or the record's id,
+    when the program does not parse)."""
+    source = getattr(record, "source", "") or ""
+    try:
+        from spade_jax.envs.program import ProgramError, find_env_class
+    except ImportError:
+        pass
+    else:
+        try:
+            return find_env_class(source)
+        except ProgramError:
+            pass
+    names = re.findall(r"^class\s+([A-Za-z_]\w*)", source, flags=re.MULTILINE)
+    return names[-1] if names else str(getattr(record, "env_id", "?"))
+
+
+# Headers of the memory part of a designer prompt (the ablation tests look for them).
+MEMORY_POSITIVES_HEADER = "Past environments at the right level for the agent"
+MEMORY_NEGATIVES_HEADER = "Past environments at the wrong level for the agent"
+
+
+def _memory_sections(positives: Sequence[Any], negatives: Sequence[Any], cfg: RolesConfig) -> list[str]:
+    """SPADE's memory examples: each positive with the start of its code, each negative as one line
+    ("too easy"/"too hard", its win rate and class name) without code."""
+    sections = []
+    if positives:
+        parts = [f"{MEMORY_POSITIVES_HEADER} (it won some plays and lost others). Learn from their structure "
+                 "and difficulty, but do not copy them:"]
+        for i, record in enumerate(positives, 1):
+            parts.append(f"Past environment {i} {_record_line(record)}:\n"
+                         + _code_block(record.source, cfg.memory_example_max_chars))
+        sections.append("\n\n".join(parts))
+    if negatives:
+        lines = []
+        for record in negatives:
+            win_rate = float(getattr(record, "win_rate", float("nan")))
+            too = "too easy" if win_rate > 0.5 else "too hard"
+            lines.append(f"- {too} (agent win rate {win_rate:.2f}): class {_class_name(record)}")
+        sections.append(f"{MEMORY_NEGATIVES_HEADER}; do not make games like these:\n" + "\n".join(lines))
+    return sections
+
+
+def _document_section(document: Document, used_chars: int, cfg: RolesConfig) -> str:
+    """The grounding document, cut to what the prompt budget leaves (within [doc_min_chars, doc_max_chars])."""
+    room = cfg.max_prompt_chars - used_chars - len(document.title) - 40
+    budget = max(cfg.doc_min_chars, min(cfg.doc_max_chars, room))
+    return f"Grounding document: {document.title}\n\"\"\"\n{truncate_text(document.text, budget)}\n\"\"\""
+
+
 def _skill_line(skill: str) -> str:
     description = SKILL_DESCRIPTIONS.get(skill)
     return f"Skill to train: {skill}" + (f" ({description})." if description else ".")
@@ -128,7 +186,7 @@ def designer_prompt(
     skill: str,
     document: Document | None,
     positives: Sequence[Any] = (),
-    negative: Any | None = None,
+    negatives: Sequence[Any] = (),
     library_example: str | None = None,
     mode: str = "write",
     base_program: str | None = None,
@@ -137,19 +195,24 @@ def designer_prompt(
 ) -> Messages:
     """Chat messages asking the designer for one environment.
 
-    `positives` and `negative` are memory records (with .source, .win_rate, .regret, .skill). In
-    "write" mode the designer sees the library example, the positives and the negative; in "edit"
-    mode it sees `base_program` and is asked for a harder, easier or different variant; "tune" mode
-    is `tune_prompt` (new values for the base's constants; no document). The grounding document
-    fills whatever the prompt budget leaves, within [doc_min_chars, doc_max_chars].
+    `positives` and `negatives` are memory records (with .source, .win_rate, .regret, .skill); as in
+    SPADE they go into every mode's prompt: positives with their code, negatives as one line each. In
+    "write" mode the designer also sees the library example; in "edit" mode it sees `base_program`
+    and is asked for a harder, easier or different variant; "tune" mode is `tune_prompt` (new values
+    for the base's constants). The grounding document fills whatever the prompt budget leaves,
+    within [doc_min_chars, doc_max_chars].
     """
     if mode not in ("write", "edit", "tune"):
         raise ValueError(f"designer mode must be 'write', 'edit' or 'tune', got {mode!r}")
     if mode in ("edit", "tune") and not base_program:
         raise ValueError(f"{mode} mode needs base_program (the environment to {'rewrite' if mode == 'edit' else 'tune'})")
     if mode == "tune":
-        return tune_prompt(skill, base_program, base_win_rate, cfg)
+        return tune_prompt(skill, base_program, base_win_rate, cfg, document=document, positives=positives,
+                           negatives=negatives)
     sections: list[str] = [_skill_line(skill)]
+    if mode == "write" and library_example and cfg.library_example:
+        sections.append("A complete example environment:\n" + _code_block(library_example, cfg.example_max_chars))
+    sections += _memory_sections(positives, negatives, cfg)
     if mode == "edit":
         sections.append(
             "Environment to rewrite" + (f" (agent win rate {base_win_rate:.2f})" if base_win_rate is not None
@@ -163,28 +226,14 @@ def designer_prompt(
             + "\n" + REPLY_WITH_CODE
         )
     else:
-        if library_example and cfg.library_example:
-            sections.append("A complete example environment:\n" + _code_block(library_example, cfg.example_max_chars))
-        for record in positives:
-            sections.append(
-                "A past environment at the right level " + _record_line(record) + ":\n"
-                + _code_block(record.source, cfg.memory_example_max_chars)
-            )
-        if negative is not None:
-            too = "too easy" if getattr(negative, "win_rate", 0.0) > 0.5 else "too hard"
-            sections.append(
-                f"A past environment that was {too} " + _record_line(negative) + "; do not repeat its level:\n"
-                + _code_block(negative.source, cfg.memory_example_max_chars // 2)
-            )
         task = (
             f"Write a NEW environment that exercises {skill}"
             + (", with its theme and rules drawn from the document" if document else "")
             + ", different from the examples. " + REPLY_WITH_CODE
         )
     if document is not None:
-        fixed = len(DESIGNER_SYSTEM) + sum(len(s) + 2 for s in sections) + len(task) + len(document.title) + 40
-        budget = max(cfg.doc_min_chars, min(cfg.doc_max_chars, cfg.max_prompt_chars - fixed))
-        sections.insert(1, f"Grounding document: {document.title}\n\"\"\"\n{truncate_text(document.text, budget)}\n\"\"\"")
+        used = len(DESIGNER_SYSTEM) + sum(len(s) + 2 for s in sections) + len(task)
+        sections.insert(1, _document_section(document, used, cfg))
     sections.append(task)
     return [
         {"role": "system", "content": DESIGNER_SYSTEM},
@@ -446,14 +495,18 @@ _TUNE_DEMO_REPLY = {"harder": "RANGE = 200\nTRIES = 2", "easier": "RANGE = 20\nT
                     "different": "RANGE = 80\nTRIES = 4"}
 
 
-def _tune_request(skill: str, game: str, constants: Sequence[str], win_rate: float | None) -> str:
+def _tune_request(skill: str, game: str, constants: Sequence[str], win_rate: float | None,
+                  context: Sequence[str] = ()) -> str:
     return "\n\n".join([
         _skill_line(skill),
+        *context,
         game,
         "Its constants, with their current values:\n```python\n" + "\n".join(constants) + "\n```",
         _edit_instruction(win_rate, lead="Tune it into")
-        + " Change one to three of these constants; keep every turn limit at most 25 and the game solvable. "
-        "Reply with only the changed constants, one `NAME = value` line each, in one ```python block. "
+        + " Change one to three of these constants; keep every turn limit at most 25 and the game solvable "
+        "in at least 3 steps. "
+        + ("Everything above the game is context: change only its constants. " if context else "")
+        + "Reply with only the changed constants, one `NAME = value` line each, in one ```python block. "
         "Use only these names: " + ", ".join(line.split(" =")[0] for line in constants) + ".",
     ])
 
@@ -468,11 +521,12 @@ def _game_summary(source: str) -> str:
 
 
 def tune_prompt(skill: str, base_program: str, base_win_rate: float | None = None,
-                cfg: RolesConfig = RolesConfig()) -> Messages:
+                cfg: RolesConfig = RolesConfig(), document: Document | None = None,
+                positives: Sequence[Any] = (), negatives: Sequence[Any] = ()) -> Messages:
     """Chat messages asking the designer for new values of `base_program`'s constants: one made-up
-    demonstration exchange, then the base (the whole program when `cfg.tune_show_program`, else its
-    docstring), the list of its constants with their current values and the harder/easier/different
-    instruction."""
+    demonstration exchange, then the grounding document and the memory examples (as in every
+    designer prompt), the base (the whole program when `cfg.tune_show_program`, else its docstring),
+    the list of its constants with their current values and the harder/easier/different instruction."""
     constants = _constant_lines(base_program)
     if not constants:
         raise ValueError("tune mode needs a base program with UPPERCASE literal constants; use edit mode for this one")
@@ -483,13 +537,17 @@ def tune_prompt(skill: str, base_program: str, base_win_rate: float | None = Non
     else:
         game = _game_summary(base_program) + (f"\nAgent win rate: {base_win_rate:.2f}." if known else "")
     demo_reply = _TUNE_DEMO_REPLY[_edit_direction(base_win_rate)]
-    return [
+    demo = [
         {"role": "system", "content": TUNER_SYSTEM},
         {"role": "user", "content": _tune_request("pattern recognition", _TUNE_DEMO_GAME, _TUNE_DEMO_CONSTANTS,
                                                   base_win_rate)},
         {"role": "assistant", "content": f"```python\n{demo_reply}\n```"},
-        {"role": "user", "content": _tune_request(skill, game, constants, base_win_rate)},
     ]
+    context = _memory_sections(positives, negatives, cfg)
+    if document is not None:
+        used = sum(len(m["content"]) for m in demo) + len(_tune_request(skill, game, constants, base_win_rate, context))
+        context.insert(0, _document_section(document, used, cfg))
+    return [*demo, {"role": "user", "content": _tune_request(skill, game, constants, base_win_rate, context)}]
 
 
 def designer_program(request: "DesignRequest", reply_text: str) -> tuple[str, str | None]:
@@ -520,8 +578,8 @@ class DesignRequest:
     messages: Messages
     document_title: str | None
     base_name: str | None  # env id or library name of the edited environment (edit and tune modes)
-    positive_ids: tuple[str, ...]
-    negative_id: str | None
+    positive_ids: tuple[str, ...]  # memory positives shown with their code (an edit base from memory is not repeated)
+    negative_ids: tuple[str, ...]  # memory negatives shown as one line each
     base_source: str | None = None  # the base program (edit and tune modes); a tune reply is applied to it
 
 
@@ -531,6 +589,16 @@ def _library_items() -> list[Any]:
     except ImportError:
         return []
     return list(library_programs())
+
+
+def _ids(records: Sequence[Any]) -> tuple[str, ...]:
+    return tuple(r.env_id for r in records)
+
+
+def _pick(rng: np.random.Generator, items: Sequence[Any]) -> Any:
+    # One uniform draw whatever len(items) is (Generator.integers may draw more than once), so
+    # picking from the library or from memory leaves the stream in the same place.
+    return items[min(int(rng.random() * len(items)), len(items) - 1)]
 
 
 def design_request(
@@ -545,36 +613,42 @@ def design_request(
 ) -> DesignRequest:
     """Sample everything one designer prompt needs (mode, document, memory examples, library
     example or edit base) and build it. Modes: "edit" with chance `edit_prob` (when there is a base),
-    of which a share `tune_prob` are "tune"; else "write". `library` items have .name, .skill and
-    .source; None means spade_jax.envs.library's programs. A tune prompt shows no document."""
+    of which a share `tune_prob` are "tune"; else "write". Every mode's prompt carries the document
+    and the memory examples (SPADE puts both into every generation prompt). `library` items have
+    .name, .skill and .source; None means spade_jax.envs.library's programs.
+
+    The document, the memory draw and the choices (mode, base, example) use three streams seeded
+    from `rng` by one fixed draw, so the no-corpus and no-memory ablations (corpus or memory None)
+    change only what they remove: the same rng gives the same mode, base and document.
+    """
     library = _library_items() if library is None else list(library)
-    document = corpus.sample(rng) if corpus is not None else None
-    pos, neg = memory.sample_for_designer(rng, positives, negatives, skill) if memory is not None else ([], [])
-    negative = neg[0] if neg else None
+    doc_rng, memory_rng, rng = (np.random.default_rng(int(seed)) for seed in rng.integers(0, 2**63, size=3))
+    document = corpus.sample(doc_rng) if corpus is not None else None
+    title = document.title if document is not None else None
+    pos, neg = memory.sample_for_designer(memory_rng, positives, negatives, skill) if memory is not None else ([], [])
     same_skill = [item for item in library if getattr(item, "skill", None) == skill] or library
     fitting = [item for item in same_skill if len(item.source) <= cfg.example_max_chars] or same_skill
     mode = "edit" if (rng.random() < cfg.edit_prob and (pos or fitting)) else "write"
     if mode == "edit":
-        if pos and (not fitting or rng.random() < cfg.edit_from_memory_prob):
-            base = pos[int(rng.integers(len(pos)))]
+        from_memory = rng.random() < cfg.edit_from_memory_prob  # drawn even without memory: streams stay aligned
+        if pos and (not fitting or from_memory):
+            base = _pick(rng, pos)
             base_name, base_source, base_w = base.env_id, base.source, base.win_rate
+            shown = [r for r in pos if r is not base]  # the base is already in the prompt
         else:
-            item = fitting[int(rng.integers(len(fitting)))]
-            base_name, base_source, base_w = item.name, item.source, None
+            item = _pick(rng, fitting)
+            base_name, base_source, base_w, shown = item.name, item.source, None, pos
         # A base without constants to tune (a program written from nothing may have none) is rewritten.
-        # No draw when tune_prob is 0, so configs without tune mode sample exactly as before.
         if cfg.tune_prob > 0 and rng.random() < cfg.tune_prob and _constant_lines(base_source):
-            messages = tune_prompt(skill, base_source, base_w, cfg)
-            return DesignRequest(skill, "tune", messages, None, base_name, (), None, base_source)
-        messages = designer_prompt(skill, document, mode="edit", base_program=base_source, base_win_rate=base_w, cfg=cfg)
-        return DesignRequest(skill, "edit", messages, document.title if document else None, base_name, (), None,
-                             base_source)
-    example = fitting[int(rng.integers(len(fitting)))].source if fitting else None
-    messages = designer_prompt(skill, document, pos, negative, example, mode="write", cfg=cfg)
-    return DesignRequest(
-        skill, "write", messages, document.title if document else None, None,
-        tuple(r.env_id for r in pos), negative.env_id if negative is not None else None,
-    )
+            messages = tune_prompt(skill, base_source, base_w, cfg, document=document, positives=shown, negatives=neg)
+            mode = "tune"
+        else:
+            messages = designer_prompt(skill, document, shown, neg, mode="edit", base_program=base_source,
+                                       base_win_rate=base_w, cfg=cfg)
+        return DesignRequest(skill, mode, messages, title, base_name, _ids(shown), _ids(neg), base_source)
+    example = _pick(rng, fitting).source if fitting else None
+    messages = designer_prompt(skill, document, pos, neg, example, mode="write", cfg=cfg)
+    return DesignRequest(skill, "write", messages, title, None, _ids(pos), _ids(neg))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -582,20 +656,32 @@ def design_request(
 # ---------------------------------------------------------------------------------------------
 
 
+HINT_MAX_WORDS = 100  # a hint longer than this is cut at a sentence boundary (SPADE asks for under 100 words)
+
+
 def hint_prompt(source: str, cfg: RolesConfig = RolesConfig()) -> Messages:
+    """The hint writer reads the source and works out the puzzle, how its answer is derived and the
+    form an action takes; the hint states the approach and the format, never the answer (SPADE)."""
     return [
         {"role": "system", "content": HINT_SYSTEM},
         {"role": "user", "content": (
             "Here is the code of a text game:\n" + _code_block(source, cfg.hint_source_max_chars) + "\n\n"
-            f"Write a hint of 1 to {cfg.max_hint_sentences} sentences that tells the player the approach "
-            "or strategy that wins. Never give the answer, the winning actions or any \\boxed{...} "
-            "command. Reply with the hint only."
+            "Read reset() and step() and work out three things: the puzzle as the player sees it, how the "
+            "winning answer is derived from what the player can observe, and the form an action takes (a "
+            "number, a word, a list, ...). Then write a hint of 1 to "
+            f"{cfg.max_hint_sentences} sentences, under {HINT_MAX_WORDS} words, that explains that approach and "
+            "names the action format in words. Speak only of what the player sees, never of the code's "
+            "variables, and be specific to this game. Never give the answer, the winning actions or any "
+            "\\boxed{...} command. Reply with the hint only."
         )},
     ]
 
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
-_LEAK = re.compile(r"\\boxed|\bthe (final )?answer is\b|\banswer\s*:|\bsolution is\b|\bsolution\s*:", re.IGNORECASE)
+# "The answer is 42" leaks; "the answer is a single integer" names the format the prompt asks for.
+_FORMAT_WORDS = r"(?:a|an|always|written|given|entered|typed|formatted|expected|in)\b"
+_LEAK = re.compile(r"\\boxed|\bthe (?:final )?answer is\b(?!\s+" + _FORMAT_WORDS + r")|\banswer\s*:|\bsolution is\b"
+                   r"|\bsolution\s*:", re.IGNORECASE)
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
 
@@ -621,21 +707,28 @@ def _contains_in_order(sentence: str, tokens: list[str]) -> bool:
     return True
 
 
-def parse_hint(text: str, max_sentences: int = 3, solution: Any = None) -> str:
-    """The hint in the hint writer's reply: at most `max_sentences` sentences, without sentences
-    that leak the answer (a \\boxed command, 'the answer is ...', or the whole known solution)."""
+def parse_hint(text: str, max_sentences: int = 3, solution: Any = None, max_words: int = HINT_MAX_WORDS) -> str:
+    """The hint in the hint writer's reply: at most `max_sentences` sentences and `max_words` words
+    (a first sentence longer than that is cut), without sentences that leak the answer (a \\boxed
+    command, 'the answer is 42', or the whole known solution)."""
     text = _strip_thinking(text).strip()
     text = re.sub(r"^\s*(\*\*)?hint(\*\*)?\s*:\s*", "", text, flags=re.IGNORECASE)
     text = re.sub(r"```.*?(```|\Z)", " ", text, flags=re.DOTALL)  # code is never a hint
     tokens = _solution_tokens(solution)
-    kept = []
+    kept, words = [], 0
     for sentence in _SENTENCE.split(" ".join(text.split())):
         sentence = sentence.strip()
         if not sentence or _LEAK.search(sentence):
             continue
         if tokens and _contains_in_order(sentence, tokens):
             continue
+        n = len(sentence.split())
+        if words + n > max_words:
+            if not kept:
+                kept.append(" ".join(sentence.split()[:max_words]))
+            break
         kept.append(sentence)
+        words += n
         if len(kept) == max_sentences:
             break
     return " ".join(kept)

@@ -11,7 +11,7 @@ import dataclasses
 import math
 from typing import Any, Callable, Protocol, Sequence
 
-from spade_jax.envs.api import episode_reward
+from spade_jax.envs.api import episode_reward, extract_boxed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +28,9 @@ class RolloutConfig:
     # reward (SPADE's synthetic_game_env.py: -1; episode rewards are clipped to [-1, 1]).
     env_error_reward: float = -1.0
     train_on_env_errors: bool = True  # such an episode counts as terminated and carries loss (SPADE); False: cut, no reward, no loss
+    action: str = "first_boxed"  # what the environment receives: first_boxed (SPADE: the reply's first \\boxed{...}, the whole reply when it has none) or reply (the whole reply)
+    observation_suffix: str = ""  # appended to every observation the agent sees (SPADE's recipe asks to reason step by step and answer in \\boxed{})
+    end_on_cut_reply: bool = False  # SPADE: a reply cut by max_new_tokens (no EOS or stop string) ends the episode, truncated
 
     def __post_init__(self):
         from spade_jax.config import positive  # noqa: PLC0415
@@ -38,6 +41,23 @@ class RolloutConfig:
         from spade_jax.config import in_range  # noqa: PLC0415
 
         in_range(self.env_error_reward, -1.0, 1.0, "rollout.env_error_reward")  # NaN is refused too
+        from spade_jax.config import choice  # noqa: PLC0415
+
+        choice(self.action, ACTION_MODES, "rollout.action")
+
+
+ACTION_MODES = ("first_boxed", "reply")
+
+
+def agent_action(reply: str, mode: str) -> str:
+    """The text an environment receives for a reply: under "first_boxed" the reply's first complete
+    \\boxed{...} (as `\\boxed{content}`, so environments that read the last one see the same), else
+    the whole reply."""
+    if mode == "first_boxed":
+        content = extract_boxed(reply, first=True)
+        if content is not None:
+            return f"\\boxed{{{content}}}"
+    return reply
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,7 +238,7 @@ def play_episodes(
                 end_on_env_error(traj, err, "reset", config)
                 continue
             traj.observations.append(obs)
-            prompt = stream.first_turn(format_observation(obs, hints[i]))
+            prompt = stream.first_turn(format_observation(obs + config.observation_suffix, hints[i]))
             traj.tokens.extend(prompt)
             traj.loss_mask.extend([0] * len(prompt))
             traj.behaviour_logprobs.extend([0.0] * len(prompt))
@@ -238,9 +258,16 @@ def play_episodes(
                 traj.tokens.extend(reply.tokens)
                 traj.loss_mask.extend([1] * len(reply.tokens))
                 traj.behaviour_logprobs.extend(reply.logprobs)
-                action = config.reply_prefix + tokenizer.decode(reply.tokens, skip_special_tokens=True)
-                traj.actions.append(action)
-                actions.append(action)
+                text = config.reply_prefix + tokenizer.decode(reply.tokens, skip_special_tokens=True)
+                traj.actions.append(text)
+                actions.append(agent_action(text, config.action))
+            if config.end_on_cut_reply:  # SPADE: an unfinished reply ends its episode unplayed
+                for i, reply in zip(live, replies):
+                    if reply.finish_reason == "length":
+                        trajectories[i].truncated = True
+                        trajectories[i].meta["cut_reply"] = True
+                kept = [k for k, i in enumerate(live) if not trajectories[i].meta.get("cut_reply")]
+                live, replies, actions = [live[k] for k in kept], [replies[k] for k in kept], [actions[k] for k in kept]
             results = _step_all(executor, [envs[i] for i in live], actions)
             still_live = []
             for i, reply, result in zip(live, replies, results):
@@ -259,7 +286,7 @@ def play_episodes(
                 if terminated or truncated:
                     traj.terminated, traj.truncated = bool(terminated), bool(truncated) and not terminated
                     continue
-                follow = streams[i].next_turn(reply.tokens, format_observation(obs, None))
+                follow = streams[i].next_turn(reply.tokens, format_observation(obs + config.observation_suffix, None))
                 traj.tokens.extend(follow)
                 traj.loss_mask.extend([0] * len(follow))
                 traj.behaviour_logprobs.extend([0.0] * len(follow))

@@ -38,7 +38,7 @@ import numpy as np
 from flax import nnx
 
 from spade_jax.models.decoder import packed_weights, rope_tables
-from spade_jax.rollout import RolloutConfig, Trajectory, clip_to_context
+from spade_jax.rollout import RolloutConfig, Trajectory, agent_action, clip_to_context
 from spade_jax.sampling import PACKED_WEIGHTS, SamplingConfig, _choose, _knobs, _Mode, cpu_kernel_applies
 
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")  # the library's action idiom: the last \boxed{...}
@@ -167,8 +167,9 @@ class ActionMap:
     by a callback, and so is every reply when the probes fail (`on_device` False).
     """
 
-    def __init__(self, env, tokenizer, vocab_size: int, *, probe_limit: int = 96):
+    def __init__(self, env, tokenizer, vocab_size: int, *, probe_limit: int = 96, first: bool = False):
         self.env, self.tokenizer = env, tokenizer
+        self.first = first  # rollout.action == "first_boxed": the env receives the reply's first \\boxed{...}
         self.token_bytes, self.token_lengths = token_byte_table(tokenizer, vocab_size)
         self.no_answer_id = int(env.action_id("I am not sure."))
         contents: dict[str, int] = {}
@@ -240,9 +241,13 @@ class ActionMap:
         closing = next_brace[idx + len(_OPEN)]
         closes = (closing < n) & (jnp.concatenate([buf, jnp.array([-1])])[jnp.minimum(closing, n)] == ord("}"))
         match = opens & closes
-        last = jnp.max(jnp.where(match, idx, -1))
-        found = last >= 0
-        start = last + len(_OPEN)
+        if self.first:
+            chosen = jnp.min(jnp.where(match, idx, n))
+            found = chosen < n
+        else:
+            chosen = jnp.max(jnp.where(match, idx, -1))
+            found = chosen >= 0
+        start = chosen + len(_OPEN)
         end = next_brace[jnp.clip(start, 0, n)]
         inside = (idx >= start) & (idx < end)
         space = jnp.zeros((n,), bool)
@@ -271,7 +276,8 @@ class ActionMap:
         out = np.array(ids_b, np.int32)
         for row in np.flatnonzero(np.asarray(need_b)):
             reply = [int(t) for t in np.asarray(tokens_br)[row, : int(counts_b[row])]]
-            out[row] = self.env.action_id(self.tokenizer.decode(reply, skip_special_tokens=True))
+            text = self.tokenizer.decode(reply, skip_special_tokens=True)
+            out[row] = self.env.action_id(agent_action(text, "first_boxed" if self.first else "reply"))
         return out
 
     def __call__(self, tables, tokens_br, counts_b, need_b):
@@ -524,6 +530,8 @@ class DeviceRollout:
             raise ValueError("the device loop cannot apply stop_strings (host-side); use stop_token_ids")
         if rollout.reply_prefix:
             raise ValueError("the device loop reads whole replies; rollout.reply_prefix needs the host loop")
+        if rollout.observation_suffix or rollout.end_on_cut_reply:
+            raise ValueError("rollout.observation_suffix and rollout.end_on_cut_reply need the host loop")
         self.env, self.model, self.tokenizer = env, model, tokenizer
         self.sampling, self.rollout = sampling, rollout
         self.compiler_options = compiler_options
@@ -546,7 +554,7 @@ class DeviceRollout:
 
             hint_prefix = lambda hint: with_hint("", hint)  # noqa: E731 (roles.with_hint appends the hint)
         self.hint_text = hint_prefix
-        self.actions = ActionMap(env, tokenizer, spec.vocab_size)
+        self.actions = ActionMap(env, tokenizer, spec.vocab_size, first=rollout.action == "first_boxed")
         g = self.glue
         self.reply_width = sampling.max_new_tokens
         self.chunk_width = max(len(v) for v in g.after_reply) + self.obs_width + len(g.before_reply)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spade_jax import roles
-from spade_jax.curriculum import DESIGNER_SCORES, EnvMemory, EnvRecord, ScoreInputs, designer_advantages
+from spade_jax.curriculum import DESIGNER_SCORES, EnvMemory, EnvRecord, ScoreInputs, designer_advantages, hint_regret
 from spade_jax.curriculum import designer_scores, plr, skills_for_regeneration
 from spade_jax.curriculum.corpus import load_corpus
 from spade_jax.envs.api import extract_boxed
@@ -56,14 +56,26 @@ class PoolEnv:
     r_hint: float = float("nan")  # mean hinted episode reward at the regeneration step
     r_nohint: float = float("nan")  # mean unhinted episode reward at the regeneration step
     r_hint_max: float = float("nan")
-    hung: bool = False
-    wins: list[float] = dataclasses.field(default_factory=list)  # per-iteration win rates, no hint
+    hung: bool = False  # a step timed out during play (the pure-regret variant's -0.5)
+    wins: list[float] = dataclasses.field(default_factory=list)  # per-iteration share of no-hint plays won
+    rewards: list[float] = dataclasses.field(default_factory=list)  # per-iteration mean no-hint episode reward
+    regen_positive_share: float = float("nan")  # share of no-hint plays with reward > 0 at the regeneration step
+    attempt: int = 1  # which generation attempt of its pool slot this design is
     designer_sample: dict | None = None  # prompt/completion tokens and logprobs of the designer
     plr_slot: int = -1  # slot in the PLR buffer when this environment is a replay
 
     @property
     def win_rate(self) -> float:
         return float(np.mean(self.wins)) if self.wins else float("nan")
+
+    @property
+    def mean_reward(self) -> float:
+        """Mean raw episode reward over the window, failed plays counting their -1 (SPADE's plateau input)."""
+        return float(np.mean(self.rewards)) if self.rewards else float("nan")
+
+    @property
+    def regret(self) -> float:
+        return float(hint_regret(self.r_hint, self.r_nohint))
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -126,17 +138,46 @@ class SelfPlay:
         self.envs_made += 1
         return f"{prefix}{self.envs_made:05d}"
 
-    def design_pool(self) -> list[PoolEnv]:
-        """The designer writes `pool_size` programs over this regeneration's skills; each is validated."""
+    def design_pool(self) -> tuple[list[PoolEnv], list[PoolEnv]]:
+        """The designer writes `pool_size` programs over this regeneration's skills; each is validated and
+        a slot whose design is invalid is generated again (a fresh prompt), up to `design_attempts` times.
+
+        Returns (one design per slot: its valid one, else its last attempt; every attempt made).
+        """
         cfg = self.cfg
         regen_index = self.iteration // cfg.regen_interval
         skills = skills_for_regeneration(regen_index, cfg.curriculum.skills_per_regen)
+        slot_skills = [skills[i % len(skills)] for i in range(cfg.pool_size)]
+        pool: list = [None] * cfg.pool_size
+        made = []  # (env, request, reply text) of every attempt, for the archive
+        pending = list(range(cfg.pool_size))
+        for attempt in range(1, cfg.design_attempts + 1):
+            if not pending:
+                break
+            for i, (env, request, text) in zip(pending, self._write_designs([slot_skills[i] for i in pending])):
+                env.attempt = attempt
+                pool[i] = env
+                made.append((env, request, text))
+            pending = [i for i in pending if not pool[i].valid]
+        if cfg.roles.repair:
+            self.repair([e for e in pool if not e.valid and e.source])
+        for env, request, text in made:
+            self.archive.add(env.source or text, {
+                "env_id": env.env_id, "iteration": self.iteration, "skill": env.skill, "mode": request.mode,
+                "base": request.base_name, "valid": env.valid, "backend": env.backend, "errors": env.errors,
+                "origin": env.origin, "attempt": env.attempt,
+            })
+        return pool, [env for env, _, _ in made]
+
+    def _write_designs(self, skills: list[str]) -> list[tuple[PoolEnv, Any, str]]:
+        """One batched designer generation for the given slot skills, each design validated."""
+        cfg = self.cfg
         requests = [
             roles.design_request(
-                self.rng, skills[i % len(skills)], self.corpus, self.memory if cfg.use_memory else None,
+                self.rng, skill, self.corpus, self.memory if cfg.use_memory else None,
                 cfg=cfg.roles, positives=cfg.curriculum.positives, negatives=cfg.curriculum.negatives,
             )
-            for i in range(cfg.pool_size)
+            for skill in skills
         ]
         prompts = [self.policy.chat_tokens(r.messages) for r in requests]
         # Tune replies are a few assignments: they are sampled in their own batch with a small budget.
@@ -150,8 +191,7 @@ class SelfPlay:
                 part = self.policy.generate([prompts[i] for i in picked], sampling, self._key("designer"))
             for j, i in enumerate(picked):
                 rows[i] = (part.prompt_lengths[j], part.tokens[j], part.logprobs[j], part.texts[j])
-        texts = [row[3] for row in rows]
-        pool = []
+        out = []
         for request, prompt, (used, tokens, logprobs, text) in zip(requests, prompts, rows):
             source, rejected = roles.designer_program(request, text)  # a tune reply is applied to its base
             env = PoolEnv(self._new_id("env"), request.skill, "designer", source, False)
@@ -159,16 +199,8 @@ class SelfPlay:
                 env = self.check(env) if rejected is None else dataclasses.replace(env, errors=[rejected])
             # The prompt as the sampler saw it (Policy.generate keeps the tail of an over-long prompt).
             env.designer_sample = {"prompt": prompt[len(prompt) - used:], "tokens": tokens, "logprobs": logprobs}
-            pool.append(env)
-        if cfg.roles.repair:
-            self.repair([e for e in pool if not e.valid and e.source])
-        for env, request, text in zip(pool, requests, texts):
-            self.archive.add(env.source or text, {
-                "env_id": env.env_id, "iteration": self.iteration, "skill": env.skill, "mode": request.mode,
-                "base": request.base_name, "valid": env.valid, "backend": env.backend, "errors": env.errors,
-                "origin": env.origin,
-            })
-        return pool
+            out.append((env, request, text))
+        return out
 
     def check(self, env: PoolEnv) -> PoolEnv:
         """Validates the program in the sandbox, then picks its backend (JAX where it fits and matches
@@ -178,7 +210,6 @@ class SelfPlay:
             return env
         verdict = validate(env.source, config=self.cfg.validation, pool=self.learner.sandbox, backend="sandbox")
         env.valid, env.errors = verdict.valid, list(verdict.errors)
-        env.hung = any("did not return within" in e for e in verdict.errors)  # a hung call (SPADE: -0.5)
         if env.valid:
             try:
                 env.backend = self.compiled(env).backend
@@ -230,12 +261,14 @@ class SelfPlay:
         """G plays of every valid environment without the hint (and G with it when `hinted`)."""
         cfg = self.cfg
         jobs = []  # (pool env, arm, seed)
+        games = sum(e.valid for e in self.pool)
+        plays = {"nohint": self.nohint_plays(games), "hint": cfg.group_size}
         for env in self.pool:
             if not env.valid:
                 continue
             arms = ("nohint", "hint") if hinted and env.hint else ("nohint",)
             for arm in arms:
-                for g in range(cfg.group_size):
+                for g in range(plays[arm]):
                     jobs.append((env, arm, int(self.rng.integers(2**31))))
         trajectories = []
         if cfg.play_loop == "device":
@@ -265,6 +298,11 @@ class SelfPlay:
                             pass
         self.report_env_errors(trajectories)
         return trajectories
+
+    def nohint_plays(self, games: int) -> int:
+        """No-hint plays per game: SPADE's ceil(nohint_plays_total / games), else group_size."""
+        total = self.cfg.nohint_plays_total
+        return self.cfg.group_size if total is None else max(1, math.ceil(total / max(games, 1)))
 
     def report_env_errors(self, trajectories) -> None:
         """Warns about plays whose environment failed (one line per environment and kind, a few lines
@@ -341,22 +379,30 @@ class SelfPlay:
     # -- scoring ------------------------------------------------------------------------------------
 
     def measure(self, trajectories, hinted: bool) -> dict:
+        """Per environment: the no-hint arm's share of wins and mean episode reward this iteration; at a
+        regeneration step also both arms' mean rewards (the regret's terms). A step that timed out during
+        play marks its environment hung (the pure-regret variant's penalty)."""
         by_env = {e.env_id: e for e in self.pool}
         rewards: dict = {}
         for traj in trajectories:
             rewards.setdefault(traj.group, []).append(traj)
+            if traj.meta.get("env_error") == "timeout":
+                by_env[traj.group[0]].hung = True
         for (env_id, arm), trajs in rewards.items():
             env = by_env[env_id]
-            mean = float(np.mean([t.episode_reward for t in trajs]))
+            episode = np.array([t.episode_reward for t in trajs], np.float64)
             if arm == "nohint":
                 env.wins.append(float(np.mean([t.won for t in trajs])))
+                env.rewards.append(float(episode.mean()))
                 if hinted:
-                    env.r_nohint = mean
+                    env.r_nohint = float(episode.mean())
+                    env.regen_positive_share = float(np.mean(episode > 0))
             else:
-                env.r_hint, env.r_hint_max = mean, float(max(t.episode_reward for t in trajs))
+                env.r_hint, env.r_hint_max = float(episode.mean()), float(episode.max())
         played = [t for t in trajectories if t.group[1] == "nohint"]
         out = {
             "agent/win_rate": float(np.mean([t.won for t in played])) if played else float("nan"),
+            "agent/mean_reward": float(np.mean([t.episode_reward for t in played])) if played else float("nan"),
             "agent/episodes": len(trajectories),
             "agent/mean_turns": float(np.mean([len(t.actions) for t in trajectories])) if trajectories else 0.0,
             "agent/boxed_share": float(np.mean([boxed_share(t) for t in trajectories])) if trajectories else 0.0,
@@ -364,11 +410,13 @@ class SelfPlay:
             **env_error_metrics(trajectories),
         }
         if hinted:
-            regrets = [e.r_hint - e.r_nohint for e in self.pool if e.valid and not math.isnan(e.r_hint)]
+            regrets = [e.regret for e in self.pool if e.valid and not math.isnan(e.r_hint)]
             out["designer/regret_mean"] = float(np.mean(regrets)) if regrets else 0.0
         return out
 
     def agent_samples(self, trajectories) -> list[Sample]:
+        """GRPO samples of the agent's plays (no-hint arm unless train_on_hinted), zero advantages
+        included: they count toward the designer's scale and can fill a fixed global batch."""
         estimator = get_advantage_estimator(self.cfg.rl.agent_advantage)
         trajectories = [t for t in trajectories if self.cfg.train_on_hinted or t.group[1] == "nohint"]
         if not trajectories:
@@ -380,16 +428,35 @@ class SelfPlay:
         return [
             Sample(t.tokens, t.loss_mask, t.behaviour_logprobs, float(a), AGENT)
             for t, a in zip(trajectories, advantages)
-            if t.trainable and a != 0.0
+            if t.trainable
         ]
+
+    def fit_batch(self, designer: list[Sample], agent: list[Sample]) -> list[Sample]:
+        """The update's samples. With `global_batch` (SPADE: 192): designer samples first, then agent
+        samples trimmed or upsampled (drawn again at random) to fill it. Without: every sample with a
+        non-zero advantage once (a zero-advantage row adds no gradient, only compute)."""
+        size = self.cfg.global_batch
+        if size is None:
+            return designer + [a for a in agent if a.advantage != 0.0]
+        room = max(size - len(designer), 0)
+        if not agent or room == 0:
+            return designer[:size]
+        if len(agent) >= room:
+            picked = np.sort(self.rng.choice(len(agent), room, replace=False))
+        else:
+            extra = self.rng.choice(len(agent), room - len(agent), replace=True)
+            picked = np.concatenate([np.arange(len(agent)), np.sort(extra)])
+        return designer + [agent[i] for i in picked]
 
     def remember_pool(self) -> None:
         """SPADE's memory keeps every designed environment with its regret, win rate and skill; the
         PLR buffer (when on) takes them with their replay score, and rescores the replayed ones."""
         for env in self.pool:
             if env.valid and env.source and env.origin.startswith("designer") and self.cfg.use_memory:
+                # SPADE's record: the raw regret and the share of no-hint plays with reward > 0, both
+                # measured at the regeneration step.
                 self.memory.add(EnvRecord(
-                    env.env_id, env.source, env.skill, env.r_hint - env.r_nohint, env.win_rate, True,
+                    env.env_id, env.source, env.skill, env.regret, env.regen_positive_share, True,
                     self.iteration - self.cfg.regen_interval,
                 ))
         if self.plr is None:
@@ -402,6 +469,7 @@ class SelfPlay:
                 r_hint=np.nan_to_num([env.r_hint]), r_nohint=np.nan_to_num([env.r_nohint]),
                 win_rate=np.nan_to_num([env.win_rate]), r_hint_max=np.nan_to_num([env.r_hint_max]),
                 win_rate_history=np.array([_pad(env.wins, self.cfg.regen_interval)]),
+                mean_reward=np.nan_to_num([env.mean_reward]),
             )
             score = float(np.asarray(DESIGNER_SCORES[c.plr_score](inputs, c))[0])
             if env.plr_slot >= 0:
@@ -427,12 +495,14 @@ class SelfPlay:
             envs.append(self.check(env))
         return envs
 
-    def score_pool(self, agent_sample_count: int) -> tuple[list[Sample], dict]:
-        """The delayed designer update for the pool written `regen_interval` iterations ago."""
-        designed = [e for e in self.pool if e.designer_sample is not None]
-        if not designed:
-            return [], {}
+    def score_pool(self, pool: list[PoolEnv], agent_samples: int) -> tuple[list[Sample], dict]:
+        """The delayed designer update for `pool`, written `regen_interval` iterations ago: each kept design
+        (the valid ones; invalid too with `train_invalid_designs`) is scored, centred on its skill's mean
+        and scaled by min(agent_samples / designs * regen_interval, cap); its stale sample carries that."""
         c = self.cfg.curriculum
+        designed = [e for e in pool if e.designer_sample is not None and (e.valid or c.train_invalid_designs)]
+        if not designed:
+            return [], {"designer/scored": 0}
         inputs = ScoreInputs(
             r_hint=np.nan_to_num([e.r_hint for e in designed]),
             r_nohint=np.nan_to_num([e.r_nohint for e in designed]),
@@ -441,20 +511,21 @@ class SelfPlay:
             hung=np.array([e.hung for e in designed]),
             r_hint_max=np.nan_to_num([e.r_hint_max for e in designed]),
             win_rate_history=np.array([_pad(e.wins, self.cfg.regen_interval) for e in designed]),
+            mean_reward=np.nan_to_num([e.mean_reward for e in designed]),
         )
         scores = np.asarray(designer_scores(inputs, c))
         advantages = designer_advantages(
-            scores, [e.skill for e in designed], max(agent_sample_count, 1), len(designed),
+            scores, [e.skill for e in designed], max(agent_samples, 1), len(designed),
             self.cfg.regen_interval, c.max_designer_scale,
-            include=None if c.invalid_in_baseline else np.array([e.valid for e in designed]),
         )
         samples = []
         for env, score, adv in zip(designed, scores, advantages):
-            self.archive.update(env.env_id, score=float(score), regret=_finite(env.r_hint - env.r_nohint),
-                                 win_rate=_finite(env.win_rate), hint=env.hint)
+            self.archive.update(env.env_id, score=float(score), regret=_finite(env.regret),
+                                win_rate=_finite(env.win_rate), mean_reward=_finite(env.mean_reward),
+                                hint=env.hint, designer_advantage=float(adv))
             if env.env_id in self.memory:
                 self.memory.update(env.env_id, score=float(score))
-            if adv == 0.0:  # no signal (e.g. every design scored alike): as for the agent, not trained on
+            if adv == 0.0:  # no signal (e.g. every design of its skill scored alike): not trained on
                 continue
             d = env.designer_sample
             samples.append(Sample(
@@ -465,6 +536,7 @@ class SelfPlay:
         return samples, {
             "designer/scored": len(designed),
             "designer/score_mean": float(np.mean(scores)),
+            "designer/advantage_abs_mean": float(np.mean(np.abs(advantages))),
             "curriculum/in_band_share": float(np.mean(in_band)) if in_band else 0.0,
         }
 
@@ -473,7 +545,6 @@ class SelfPlay:
     def step(self) -> dict:
         cfg, timer = self.cfg, self.timer
         metrics: dict[str, Any] = {}
-        designer: list[Sample] = []
         regen = cfg.mode == "selfplay" and self.iteration % cfg.regen_interval == 0
         if cfg.mode == "fixed_pool" and not self.pool:
             self.pool = [self.check(e) for e in fixed_pool_envs(cfg.env_pool)]
@@ -482,16 +553,16 @@ class SelfPlay:
                     log.warning("env_pool: %s is invalid and left out: %s", env.env_id, "; ".join(env.errors))
             if not any(e.valid for e in self.pool):
                 raise ValueError(f"env_pool {cfg.env_pool or 'library'}: no valid environment program (see run.log)")
-        if regen and self.pool:  # the previous pool's window is over: remember it, score its designer
+        scored_pool = None  # the previous pool, whose window is over: its designer is scored this step
+        if regen and self.pool:
             self.remember_pool()
-            if cfg.train_designer:
-                agent_count = cfg.group_size * max(1, sum(e.valid for e in self.pool)) * cfg.regen_interval
-                designer, score_metrics = self.score_pool(agent_count)
-                metrics.update(score_metrics)
+            scored_pool = self.pool if cfg.train_designer else None
         if regen:
-            pool = self.design_pool()  # timed as its "designer" (generation) and "validation" phases
+            pool, attempts = self.design_pool()  # timed as its "designer" (generation) and "validation" phases
             # Valid as first written (what the designer is rewarded for); repairs are counted apart.
-            metrics["designer/valid_rate"] = float(np.mean([e.valid and e.origin == "designer" for e in pool]))
+            metrics["designer/valid_rate"] = float(np.mean([e.valid and e.origin == "designer" for e in attempts]))
+            metrics["designer/slots_valid"] = float(np.mean([e.valid for e in pool]))
+            metrics["designer/attempts"] = len(attempts) / max(len(pool), 1)
             metrics["designer/repaired_rate"] = float(np.mean([e.origin == "designer-repaired" for e in pool]))
             metrics["designer/programs"] = len(pool)
             self.pool = self.fill_from_library(pool) + self.replay_envs()
@@ -506,7 +577,12 @@ class SelfPlay:
         with timer.phase("plays"):
             trajectories = self.play(hinted=regen)
         metrics.update(self.measure(trajectories, hinted=regen))
-        samples = self.agent_samples(trajectories) + designer
+        agent = self.agent_samples(trajectories)
+        designer: list[Sample] = []
+        if scored_pool is not None:
+            designer, score_metrics = self.score_pool(scored_pool, len(agent))
+            metrics.update(score_metrics)
+        samples = self.fit_batch(designer, agent)
         metrics["agent/samples"] = sum(s.role == AGENT for s in samples)
         metrics["designer/samples"] = sum(s.role == DESIGNER for s in samples)
         self.policy.sampler.forget()  # the update invalidates the kept KV cache: free it first

@@ -10,9 +10,12 @@ import pytest
 from spade_jax import roles
 from spade_jax.config import load_config
 from spade_jax.curriculum import EnvMemory, EnvRecord
+from spade_jax.curriculum.corpus import Document, ListCorpus
 from spade_jax.envs.library import library_programs
 from spade_jax.envs.validate import validate
 from spade_jax.roles import (
+    MEMORY_NEGATIVES_HEADER,
+    MEMORY_POSITIVES_HEADER,
     NO_CHANGE_ERROR,
     RolesConfig,
     apply_tuning,
@@ -173,6 +176,45 @@ def test_tune_prompt_lists_constants_and_asks_for_assignments():
         designer_prompt("optimization", None, mode="tune", base_program="class PlainEnv:\n    pass\n")
 
 
+def test_tune_prompt_carries_the_document_and_memory_before_the_game():
+    base = _library_source("odd_one_out")
+    doc = Document("Primes", "A prime has exactly two divisors. " * 200)
+    positive = EnvRecord("pos", "class PastEnv:\n    SIZE = 3\n", "pattern recognition", regret=0.3, win_rate=0.5)
+    negative = EnvRecord("neg", "class DullEnv:\n    pass\n", "pattern recognition", regret=0.0, win_rate=0.99)
+    cfg = RolesConfig(tune_show_program=False, max_prompt_chars=7_000, doc_max_chars=1_200, doc_min_chars=600)
+    messages = designer_prompt("pattern recognition", doc, [positive], [negative], mode="tune", base_program=base,
+                               base_win_rate=0.9, cfg=cfg)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    demo, user = messages[1]["content"], messages[3]["content"]
+    assert "Grounding document" not in demo and MEMORY_POSITIVES_HEADER not in demo  # the demonstration is fixed
+    pieces = ("Skill to train", "Grounding document: Primes", MEMORY_POSITIVES_HEADER, "class PastEnv:\n    SIZE = 3",
+              MEMORY_NEGATIVES_HEADER, "- too easy (agent win rate 0.99): class DullEnv", "Game OddOneOutEnv",
+              "Its constants", "change only its constants", "Use only these names")
+    at = [user.index(piece) for piece in pieces]
+    assert at == sorted(at)
+    assert 600 <= len(user.split('"""')[1]) <= 1_210  # the document stays within the existing budgets
+    assert "class DullEnv:" not in user
+    # A reply is applied to the base's constants only: the memory example's SIZE is not one of them.
+    tuned = apply_tuning(base, "```python\nSIZE = 4\nROUNDS = 5\n```")
+    assert tunable_constants(tuned) == {**ODD_ONE_OUT, "ROUNDS": 5}
+
+
+def test_design_request_tune_mode_records_document_and_memory():
+    corpus = ListCorpus([Document(f"d{i}", f"text {i} " * 80) for i in range(3)])
+    memory = EnvMemory()
+    for i in range(3):
+        memory.add(EnvRecord(f"m{i}", f"class Past{i}Env:\n    SIZE = {i + 2}\n", "optimization", regret=0.1 * i,
+                             win_rate=0.5))
+    memory.add(EnvRecord("hard", "class WallEnv:\n    pass\n", "optimization", regret=0.0, win_rate=0.0))
+    cfg = RolesConfig(edit_prob=1.0, edit_from_memory_prob=0.0, tune_prob=1.0)
+    request = design_request(np.random.default_rng(0), "optimization", corpus, memory, cfg=cfg)
+    user = request.messages[-1]["content"]
+    assert request.mode == "tune" and request.base_name in ("knapsack", "delivery_route")
+    assert request.document_title in user and len(request.positive_ids) == 2 and request.negative_ids == ("hard",)
+    assert all(memory[i].source.strip() in user for i in request.positive_ids)
+    assert "- too hard (agent win rate 0.00): class WallEnv" in user
+
+
 def test_design_request_produces_tune_requests_at_the_configured_rate():
     cfg = RolesConfig(edit_prob=0.5, tune_prob=0.8)
     requests = [design_request(np.random.default_rng(s), "optimization", cfg=cfg) for s in range(400)]
@@ -245,7 +287,7 @@ def test_design_pool_samples_tune_requests_in_their_own_small_batch():
     play.archive = type("Archive", (), {"add": lambda self, source, meta: None})()
     checked = []
     play.check = lambda env: (checked.append(env.env_id), dataclasses.replace(env, valid=True))[1]
-    pool = play.design_pool()
+    pool, _ = play.design_pool()  # (one design per slot, every attempt)
     calls = sorted(play.policy.calls, key=lambda c: c[1])
     tunes = [e for e in pool if not e.source.startswith("class RewrittenEnv")]
     assert calls == [(len(tunes), 40), (12 - len(tunes), cfg.designer_sampling.max_new_tokens)]

@@ -25,7 +25,8 @@ def test_tiny_run_two_iterations_then_resume_a_third(tmp_path):
     assert yaml.safe_load((out / "config.yaml").read_text())["model"]["name"] == "tiny"
     index = [json.loads(line) for line in (out / "envs" / "index.jsonl").read_text().splitlines()]
     designed = [e for e in index if "valid" in e]
-    assert len(designed) == 2  # pool_size programs from the one regeneration
+    assert len(designed) == 4  # pool_size slots x design_attempts from the one regeneration
+    assert sorted(e["attempt"] for e in designed) == [1, 1, 2, 2]  # each invalid design was tried again
     assert all((out / "envs" / f"{e['env_id']}.py").is_file() for e in designed)
     assert all(not e["valid"] and e["errors"] for e in designed)  # a random model writes no valid program
     assert (out / "summary.md").is_file() and list((out / "plots").glob("*.png"))
@@ -38,9 +39,8 @@ def test_tiny_run_two_iterations_then_resume_a_third(tmp_path):
     resumed = _metrics(out)
     assert [m["iteration"] for m in resumed] == [0, 1, 2]
     assert resumed[:2] == first
-    assert resumed[2]["designer/scored"] == 2 and "designer/score_mean" in resumed[2]
-    # Every random-model design is invalid: equal scores, zero advantages, nothing to train on.
-    assert resumed[2]["designer/samples"] == 0
+    # Every random-model design is invalid: none is scored or trained (SPADE never trains invalid designs).
+    assert resumed[2]["designer/scored"] == 0 and resumed[2]["designer/samples"] == 0
     assert (out / "checkpoints" / "3").is_dir()
 
 

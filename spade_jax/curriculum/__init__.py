@@ -20,8 +20,8 @@ from spade_jax.curriculum.scores import (
     paired_regret,
     plateau,
     solve_rate_band,
+    plateau_input,
     spade_blend,
-    truncated_importance_weights,
 )
 
 # SPADE's six skills; each regeneration covers `skills_per_regen` of them, round-robin.
@@ -55,10 +55,9 @@ class CurriculumConfig:
     lp_fast_rate: float = 0.5  # learning potential: step of the fast win-rate EMA
     lp_slow_rate: float = 0.1  # learning potential: step of the slow win-rate EMA
     hung_penalty: float = -0.5  # designer score of an environment whose step() hung (pure-regret variant)
-    invalid_in_baseline: bool = True  # invalid programs (score 0) take part in the per-skill mean
+    train_invalid_designs: bool = False  # SPADE: invalid designs are never trained; True: they score 0, are trained and join their skill's mean
+    plateau_input: str = "mean_reward"  # the plateau's w: mean_reward (SPADE: mean raw episode reward over the window, failed plays -1) or win_rate (share of plays won)
     max_designer_scale: float = 50.0  # cap on min(agent / designer samples * regen_interval, cap)
-    tis_cap: float = 2.0  # truncated importance sampling cap for the delayed designer update
-    win_rate_window: int = 4  # steps over which the agent's win rate is averaged (SPADE: regen_interval)
     skills_per_regen: int = 3  # skills covered by one regeneration, round-robin over SKILLS
     memory_size: int = 200  # environment memory capacity; the oldest record is evicted
     positives: int = 2  # high-regret past environments shown to the designer
@@ -67,7 +66,7 @@ class CurriculumConfig:
     positive_high: float = 0.85  # ... and at most this
     negative_easy: float = 0.9  # a negative is too easy above this win rate
     negative_hard: float = 0.1  # ... or too hard below this one
-    positive_pool: int = 6  # positives are drawn at random from this many top-regret candidates
+    positive_pool: int | None = None  # positives are drawn at random from this many top-regret candidates (None: SPADE's max(3n, 10))
     plr: bool = False  # replay high-regret environments to the agent from a PLR buffer (beyond SPADE)
     plr_capacity: int = 256  # PLR buffer slots
     plr_temperature: float = 0.3  # beta in rank^(-1/beta): lower is greedier
@@ -89,15 +88,17 @@ class CurriculumConfig:
             raise ValueError("curriculum.lp_fast_rate and lp_slow_rate must be in (0, 1]")
         if self.memory_size < 1 or self.positives < 0 or self.negatives < 0:
             raise ValueError("curriculum.memory_size must be >= 1 and positives/negatives >= 0")
-        if self.max_designer_scale <= 0 or self.tis_cap <= 0 or self.win_rate_window < 1:
-            raise ValueError("curriculum.max_designer_scale and tis_cap must be > 0, win_rate_window >= 1")
+        if self.max_designer_scale <= 0:
+            raise ValueError("curriculum.max_designer_scale must be > 0")
+        if self.plateau_input not in ("mean_reward", "win_rate"):
+            raise ValueError(f"curriculum.plateau_input={self.plateau_input!r}: choose mean_reward or win_rate")
         if not 0 < self.skills_per_regen <= len(SKILLS):
             raise ValueError(f"curriculum.skills_per_regen must be in [1, {len(SKILLS)}]")
         if not (0.0 <= self.plr_staleness <= 1.0 and 0.0 <= self.plr_replay_prob <= 1.0 and 0.0 <= self.plr_min_fill <= 1.0):
             raise ValueError("curriculum.plr_staleness, plr_replay_prob and plr_min_fill must be in [0, 1]")
         if self.plr_temperature <= 0 or self.plr_capacity < 1:
             raise ValueError("curriculum.plr_temperature must be > 0 and plr_capacity >= 1")
-        for name in ("band_ramp", "regret_scale", "regret_weight", "band_weight", "max_designer_scale", "tis_cap",
+        for name in ("band_ramp", "regret_scale", "regret_weight", "band_weight", "max_designer_scale",
                      "plr_temperature"):
             if not abs(getattr(self, name)) < float("inf"):  # NaN fails too
                 raise ValueError(f"curriculum.{name} must be a finite number, got {getattr(self, name)}")
@@ -110,7 +111,7 @@ class CurriculumConfig:
             raise ValueError("curriculum.positive_low and positive_high must satisfy 0 <= low <= high <= 1")
         if not 0.0 <= self.negative_hard <= self.negative_easy <= 1.0:
             raise ValueError("curriculum.negative_hard and negative_easy must satisfy 0 <= hard <= easy <= 1")
-        if self.positive_pool < 1:
+        if self.positive_pool is not None and self.positive_pool < 1:
             raise ValueError(f"curriculum.positive_pool must be >= 1, got {self.positive_pool}")
 
 
@@ -118,6 +119,5 @@ __all__ = [
     "SKILLS", "skills_for_regeneration", "CurriculumConfig", "CorpusConfig", "Document", "GroundingCorpus",
     "embedded_corpus", "load_corpus", "EnvMemory", "EnvRecord", "PLRState", "DESIGNER_SCORES", "ScoreInputs",
     "designer_advantages", "designer_scale", "designer_scores", "hint_regret", "learnability",
-    "learning_potential", "paired_regret", "plateau", "solve_rate_band", "spade_blend",
-    "truncated_importance_weights",
+    "learning_potential", "paired_regret", "plateau", "plateau_input", "solve_rate_band", "spade_blend",
 ]

@@ -42,7 +42,12 @@ class EnvRecord:
 
 
 class EnvMemory:
-    """First-in-first-out store of at most `capacity` environment records (SPADE: 200)."""
+    """First-in-first-out store of at most `capacity` environment records (SPADE: 200).
+
+    Sampling follows the reference (spade-rl/spade, spare/core/env_memory.py): positives are records
+    of the requested skill with win rate in [positive_low, positive_high], drawn at random from the
+    top max(3n, 10) by regret; negatives are records of that skill with win rate above negative_easy
+    or below negative_hard."""
 
     def __init__(
         self,
@@ -51,16 +56,18 @@ class EnvMemory:
         positive_high: float = 0.85,
         negative_easy: float = 0.9,
         negative_hard: float = 0.1,
-        positive_pool: int = 6,
+        positive_pool: int | None = None,
     ):
         if capacity < 1:
             raise ValueError(f"memory capacity must be >= 1, got {capacity}")
+        if positive_pool is not None and positive_pool < 1:
+            raise ValueError(f"memory positive_pool must be >= 1 or None, got {positive_pool}")
         self.capacity = capacity
         self.positive_low = positive_low
         self.positive_high = positive_high
         self.negative_easy = negative_easy
         self.negative_hard = negative_hard
-        self.positive_pool = positive_pool
+        self.positive_pool = positive_pool  # None: SPADE's rule, the top max(3n, 10) for n positives
         self._records: collections.OrderedDict[str, EnvRecord] = collections.OrderedDict()
 
     @classmethod
@@ -109,7 +116,8 @@ class EnvMemory:
     # -- sampling (SPADE step 3) ------------------------------------------------------------
 
     def positive_candidates(self, skill: str | None = None) -> list[EnvRecord]:
-        """Valid, measured records with win rate in [low, high], highest regret first (stable by age)."""
+        """Valid, measured records with win rate in [low, high] (of `skill` when given), highest
+        regret first (stable by age)."""
         pool = [
             r for r in self._records.values()
             if r.valid and r.measured and self.positive_low <= r.win_rate <= self.positive_high
@@ -117,37 +125,33 @@ class EnvMemory:
         ]
         return sorted(pool, key=lambda r: -r.regret)
 
-    def negative_candidates(self) -> list[EnvRecord]:
-        """Valid, measured records the agent found too easy (w > easy) or too hard (w < hard)."""
+    def negative_candidates(self, skill: str | None = None) -> list[EnvRecord]:
+        """Valid, measured records (of `skill` when given) the agent found too easy (w > easy) or too
+        hard (w < hard), oldest first."""
         return [
             r for r in self._records.values()
             if r.valid and r.measured and (r.win_rate > self.negative_easy or r.win_rate < self.negative_hard)
+            and (skill is None or r.skill == skill)
         ]
 
+    def pool_size(self, n: int) -> int:
+        """How many top-regret candidates n positives are drawn from: `positive_pool`, or SPADE's
+        max(3n, 10) when it is None."""
+        return max(3 * n, 10) if self.positive_pool is None else max(self.positive_pool, n)
+
     def sample_positives(self, rng: np.random.Generator, n: int = 2, skill: str | None = None) -> list[EnvRecord]:
-        """n high-regret records, drawn without replacement from the top `positive_pool` by regret.
-
-        With a skill, records of that skill come first; others fill in when there are too few.
-        Returned highest regret first.
-        """
-        if n <= 0:
+        """n records of `skill` (any skill when None) drawn without replacement from the top
+        `pool_size(n)` positive candidates by regret; fewer when there are fewer. Highest regret first.
+        Like SPADE, no other skill fills in: the examples must show the skill being asked for."""
+        pool = self.positive_candidates(skill)[: self.pool_size(n)]
+        take = min(n, len(pool))
+        if take <= 0:
             return []
-        chosen: list[EnvRecord] = []
-        tiers = [self.positive_candidates(skill)] + ([self.positive_candidates()] if skill is not None else [])
-        for tier in tiers:
-            tier = [r for r in tier if r not in chosen]
-            pool = tier[: max(self.positive_pool, n - len(chosen))]
-            take = min(n - len(chosen), len(pool))
-            if take > 0:
-                idx = rng.choice(len(pool), size=take, replace=False)
-                chosen.extend(pool[i] for i in sorted(idx))
-            if len(chosen) >= n:
-                break
-        return sorted(chosen, key=lambda r: -r.regret)
+        return [pool[i] for i in sorted(rng.choice(len(pool), size=take, replace=False))]
 
-    def sample_negatives(self, rng: np.random.Generator, n: int = 1) -> list[EnvRecord]:
-        """n records drawn uniformly from the too-easy and too-hard ones."""
-        pool = self.negative_candidates()
+    def sample_negatives(self, rng: np.random.Generator, n: int = 1, skill: str | None = None) -> list[EnvRecord]:
+        """n records of `skill` (any skill when None) drawn uniformly from the too-easy and too-hard ones."""
+        pool = self.negative_candidates(skill)
         take = min(n, len(pool))
         if take <= 0:
             return []
@@ -156,8 +160,9 @@ class EnvMemory:
     def sample_for_designer(
         self, rng: np.random.Generator, positives: int = 2, negatives: int = 1, skill: str | None = None
     ) -> tuple[list[EnvRecord], list[EnvRecord]]:
-        """SPADE's designer context: (high-regret positives, too-easy/too-hard negatives)."""
-        return self.sample_positives(rng, positives, skill), self.sample_negatives(rng, negatives)
+        """SPADE's designer context for one prompt: (high-regret positives, too-easy/too-hard
+        negatives), both of `skill` when given."""
+        return self.sample_positives(rng, positives, skill), self.sample_negatives(rng, negatives, skill)
 
     # -- checkpointing ----------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
-"""Designer scores: hint regret, win-rate band, SPADE's blend and the ablation alternatives.
-Also per-skill centred designer advantages and truncated importance weights for the delayed update."""
+"""Designer scores: hint regret, win-rate band, SPADE's blend and the ablation alternatives, and the
+per-skill centred, scaled designer advantages: the one implementation the pipeline and tests use.
+(The truncated importance weights of the delayed update live with the loss, in spade_jax.rl.losses.)"""
 
 from __future__ import annotations
 
@@ -143,21 +144,31 @@ class ScoreInputs(NamedTuple):
     hung: Any = None  # some step() exceeded its time budget
     r_hint_max: Any = None  # best hinted episode return (PAIRED's antagonist); defaults to r_hint
     win_rate_history: Any = None  # [n, T] per-step win rates over the window (learning potential)
+    mean_reward: Any = None  # mean raw episode reward over the window, failed plays -1 (SPADE's plateau input)
+
+
+def plateau_input(x: ScoreInputs, cfg) -> Any:
+    """The plateau's w: SPADE's mean raw episode reward over the window, or the share of plays won."""
+    if getattr(cfg, "plateau_input", "win_rate") == "mean_reward" and x.mean_reward is not None:
+        return x.mean_reward
+    return x.win_rate
 
 
 def _score_spade_blend(x: ScoreInputs, cfg) -> Any:
     return spade_blend(
-        hint_regret(x.r_hint, x.r_nohint), x.win_rate, cfg.regret_scale, cfg.regret_weight,
+        hint_regret(x.r_hint, x.r_nohint), plateau_input(x, cfg), cfg.regret_scale, cfg.regret_weight,
         cfg.band_weight, cfg.band_low, cfg.band_high, cfg.band_ramp,
     )
 
 
 def _score_hint_regret(x: ScoreInputs, cfg) -> Any:
-    return hint_regret(x.r_hint, x.r_nohint)
+    """The pure-regret variant: negative regret is unreliable and floored at 0 (as the reference does)."""
+    regret = hint_regret(x.r_hint, x.r_nohint)
+    return _xp(regret).maximum(regret, 0.0)
 
 
 def _score_solve_rate(x: ScoreInputs, cfg) -> Any:
-    return solve_rate_band(x.win_rate, cfg.band_low, cfg.band_high, cfg.band_ramp)
+    return solve_rate_band(plateau_input(x, cfg), cfg.band_low, cfg.band_high, cfg.band_ramp)
 
 
 def _score_learning_potential(x: ScoreInputs, cfg) -> Any:
@@ -220,24 +231,21 @@ def designer_advantages(
     designer_samples: int,
     regen_interval: int,
     max_scale: float = 50.0,
-    include=None,
     num_skills: int | None = None,
 ):
     """(score - mean score of the same skill) * scale; no division by the std.
 
     `skills` holds one label per score: any hashables for numpy inputs, ints in [0, num_skills)
-    for jax inputs. `include` masks samples out of the per-skill mean; every sample still gets an
-    advantage. By default all samples, invalid ones with score 0, share the baseline, so an
-    invalid program is pushed below its skill's valid designs.
+    for jax inputs. Every score passed takes part in its skill's mean (SPADE passes the kept, valid
+    designs only).
     """
     scale = designer_scale(agent_samples, designer_samples, regen_interval, max_scale)
     if isinstance(scores, jax.Array) or isinstance(skills, jax.Array):
         scores = jnp.asarray(scores, jnp.float32)
         skill_ids = jnp.asarray(skills, jnp.int32)
         segments = num_skills if num_skills is not None else scores.shape[0]
-        weight = jnp.ones_like(scores) if include is None else jnp.asarray(include, jnp.float32)
-        total = jax.ops.segment_sum(weight * scores, skill_ids, num_segments=segments)
-        count = jax.ops.segment_sum(weight, skill_ids, num_segments=segments)
+        total = jax.ops.segment_sum(scores, skill_ids, num_segments=segments)
+        count = jax.ops.segment_sum(jnp.ones_like(scores), skill_ids, num_segments=segments)
         baseline = (total / jnp.maximum(count, 1.0))[skill_ids]
         return (scores - baseline) * scale
     scores = np.asarray(scores, np.float32)
@@ -245,21 +253,7 @@ def designer_advantages(
     labels[:] = list(skills)
     _, skill_ids = np.unique(labels, return_inverse=True)
     skill_ids = skill_ids.reshape(-1)
-    weight = np.ones_like(scores) if include is None else np.asarray(include, np.float32)
-    total = np.bincount(skill_ids, weights=weight * scores)
-    count = np.bincount(skill_ids, weights=weight)
+    total = np.bincount(skill_ids, weights=scores)
+    count = np.bincount(skill_ids)
     baseline = (total / np.maximum(count, 1.0))[skill_ids]
     return ((scores - baseline) * scale).astype(np.float32)
-
-
-def truncated_importance_weights(logp_current, logp_behaviour, cap: float = 2.0, mask=None):
-    """TIS weights min(exp(logp_current - logp_behaviour), cap), with no gradient through them.
-
-    The designer's samples were drawn `regen_interval` steps before the update that uses them;
-    these weights re-weight that stale sample toward the current policy without unbounded variance.
-    """
-    log_ratio = jnp.asarray(logp_current, jnp.float32) - jnp.asarray(logp_behaviour, jnp.float32)
-    weights = jnp.minimum(jnp.exp(log_ratio), cap)
-    if mask is not None:
-        weights = jnp.where(jnp.asarray(mask, bool), weights, 0.0)
-    return jax.lax.stop_gradient(weights)

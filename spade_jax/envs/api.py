@@ -31,32 +31,45 @@ class TextEnv(Protocol):
         ...
 
 
-def extract_boxed(text: str) -> str | None:
-    """Content of the last \\boxed{...} in `text` (nested braces kept), or None when there is
-    no complete one. `\\boxed {x}` with spaces is accepted."""
+def _boxed_at(text: str, start: int) -> str | None:
+    """Content of the \\boxed{...} that starts at `start`, or None when it is not complete."""
+    i = start + len("\\boxed")
+    while i < len(text) and text[i] in " \t":
+        i += 1
+    if i >= len(text) or text[i] != "{":
+        return None
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1 : j]
+    return None
+
+
+def extract_boxed(text: str, *, first: bool = False) -> str | None:
+    """Content of the last (or, with `first`, the first) complete \\boxed{...} in `text`, nested
+    braces kept; None when there is none. `\\boxed {x}` with spaces is accepted; an unclosed or
+    malformed one is skipped."""
     if not isinstance(text, str):
         return None
-    search_end = len(text)
-    while True:
-        start = text.rfind("\\boxed", 0, search_end)
-        if start < 0:
-            return None
-        i = start + len("\\boxed")
-        while i < len(text) and text[i] in " \t":
-            i += 1
-        if i < len(text) and text[i] == "{":
-            depth, j = 0, i
-            while j < len(text):
-                ch = text[j]
-                if ch == "{":
-                    depth += 1
-                elif ch == "}":
-                    depth -= 1
-                    if depth == 0:
-                        return text[i + 1 : j]
-                j += 1
-        # Unclosed or malformed: an earlier \boxed may still be complete.
-        search_end = start
+    if first:
+        start = text.find("\\boxed")
+        while start >= 0:
+            content = _boxed_at(text, start)
+            if content is not None:
+                return content
+            start = text.find("\\boxed", start + 1)
+        return None
+    start = text.rfind("\\boxed")
+    while start >= 0:
+        content = _boxed_at(text, start)
+        if content is not None:
+            return content
+        start = text.rfind("\\boxed", 0, start)
+    return None
 
 
 def episode_reward(last_reward: float, terminated: bool) -> float:

@@ -66,14 +66,52 @@ def test_positives_come_from_the_top_regret_pool():
     assert seen == {"env7", "env8", "env9"}  # all of the top 3, never below them
 
 
-def test_positives_prefer_the_requested_skill_then_fill():
-    memory = EnvMemory(positive_pool=4)
+def test_default_pool_is_the_top_max_3n_10_by_regret():
+    # spade-rl/spade spare/core/env_memory.py: n positives come from the top max(3n, 10) by regret.
+    memory = EnvMemory()
+    assert memory.positive_pool is None and memory.pool_size(2) == 10 and memory.pool_size(5) == 15
+    for i in range(30):
+        memory.add(_record(i, regret=i / 100, win_rate=0.5))
+    top10 = {f"env{i}" for i in range(20, 30)}
+    top15 = {f"env{i}" for i in range(15, 30)}
+    seen2, seen5 = set(), set()
+    for seed in range(200):
+        picks = memory.sample_positives(np.random.default_rng(seed), 2)
+        assert len(picks) == 2 and picks[0].regret > picks[1].regret
+        seen2.update(r.env_id for r in picks)
+        seen5.update(r.env_id for r in memory.sample_positives(np.random.default_rng(seed), 5))
+    assert seen2 == top10 and seen5 == top15
+
+
+def test_positives_are_of_the_requested_skill_only():
+    memory = EnvMemory()
     memory.add(_record(0, regret=0.9, skill="optimization"))
     memory.add(_record(1, regret=0.1, skill="causal inference"))
     memory.add(_record(2, regret=0.8, skill="optimization"))
-    picks = memory.sample_positives(np.random.default_rng(0), 2, skill="causal inference")
-    assert picks[-1].env_id == "env1" or picks[0].env_id == "env1"
-    assert {r.env_id for r in picks} & {"env0", "env2"}
+    memory.add(_record(3, regret=0.7, win_rate=0.9, skill="causal inference"))  # out of the band
+    for seed in range(10):
+        picks = memory.sample_positives(np.random.default_rng(seed), 2, skill="causal inference")
+        assert [r.env_id for r in picks] == ["env1"]  # no other skill fills in (SPADE)
+    assert memory.sample_positives(np.random.default_rng(0), 2, skill="spatial reasoning") == []
+    any_skill = {r.env_id for s in range(20) for r in memory.sample_positives(np.random.default_rng(s), 2)}
+    assert any_skill == {"env0", "env1", "env2"}  # skill None: every in-band record
+
+
+def test_negatives_are_of_the_requested_skill_only():
+    memory = EnvMemory()
+    memory.add(_record(0, win_rate=0.95, skill="optimization"))
+    memory.add(_record(1, win_rate=0.05, skill="causal inference"))
+    memory.add(_record(2, win_rate=0.5, skill="causal inference"))
+    for seed in range(10):
+        assert [r.env_id for r in memory.sample_negatives(np.random.default_rng(seed), 1, "causal inference")] == ["env1"]
+    pos, neg = memory.sample_for_designer(np.random.default_rng(0), 2, 1, skill="optimization")
+    assert pos == [] and [r.env_id for r in neg] == ["env0"]
+    assert memory.sample_negatives(np.random.default_rng(0), 1, "spatial reasoning") == []
+
+
+def test_positive_pool_must_be_positive_or_none():
+    with pytest.raises(ValueError, match="positive_pool"):
+        EnvMemory(positive_pool=0)
 
 
 def test_negatives_are_too_easy_or_too_hard():
@@ -111,3 +149,5 @@ def test_state_dict_json_round_trip():
     rng_a, rng_b = np.random.default_rng(1), np.random.default_rng(1)
     ids = lambda parts: [[r.env_id for r in part] for part in parts]
     assert ids(memory.sample_for_designer(rng_a)) == ids(restored.sample_for_designer(rng_b))
+    default = EnvMemory.from_state_dict(json.loads(json.dumps(EnvMemory().state_dict())))
+    assert default.positive_pool is None  # SPADE's max(3n, 10) survives a round trip

@@ -22,7 +22,6 @@ from spade_jax.curriculum.scores import (
     plateau,
     solve_rate_band,
     spade_blend,
-    truncated_importance_weights,
 )
 
 W = [0.0, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 1.0]
@@ -131,20 +130,15 @@ def test_designer_advantages_per_skill_centring_no_std():
                                [0.5, 0.0, -0.5, 0.0], atol=1e-6)
 
 
-def test_designer_advantages_include_mask():
-    # Invalid third sample left out of the mean of skill a: mean of [0.8, 0.2] = 0.5.
-    out = designer_advantages([0.8, 0.2, 0.0], ["a", "a", "a"], 12, 24, 4, include=[1, 1, 0])
-    np.testing.assert_allclose(out, [0.6, -0.6, -1.0], atol=1e-6)
-
-
-def test_truncated_importance_weights_values_and_no_gradient():
-    cur = jnp.log(jnp.asarray([0.5, 0.2, 0.9]))
-    behav = jnp.log(jnp.asarray([0.5, 0.4, 0.3]))
-    np.testing.assert_allclose(np.asarray(truncated_importance_weights(cur, behav, cap=2.0)), [1.0, 0.5, 2.0], atol=1e-6)
-    masked = truncated_importance_weights(cur, behav, cap=2.0, mask=[True, False, True])
-    np.testing.assert_allclose(np.asarray(masked), [1.0, 0.0, 2.0], atol=1e-6)
-    grad = jax.grad(lambda c: truncated_importance_weights(c, behav).sum())(cur)
-    np.testing.assert_array_equal(np.asarray(grad), 0.0)
+def test_pure_regret_floors_negative_regret_and_plateau_reads_the_mean_reward():
+    # Reference: regret variant max(0, r_hint - r_nohint); the plateau's w is the mean raw reward
+    # over the window (failed plays -1), not the share of plays won.
+    x = ScoreInputs(r_hint=[0.2, 0.5], r_nohint=[0.5, 0.2], win_rate=[0.5, 0.5], mean_reward=[0.5, -0.1])
+    np.testing.assert_allclose(designer_scores(x, CurriculumConfig(score="hint_regret")), [0.0, 0.3], atol=1e-6)
+    # Blend: regret_norm = clip(-0.3 / 0.15) = 0 and clip(0.3 / 0.15) = 1; plateau(0.5) = 1,
+    # plateau(-0.1) = 1 - 0.5 / 0.25 -> 0.
+    np.testing.assert_allclose(designer_scores(x, CurriculumConfig()), [0.6, 0.4], atol=1e-6)
+    np.testing.assert_allclose(designer_scores(x, CurriculumConfig(plateau_input="win_rate")), [0.6, 1.0], atol=1e-6)
 
 
 def test_scores_and_advantages_trace_under_jit():
