@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import math
 import types
 import typing
@@ -16,6 +17,9 @@ from typing import Any
 import yaml
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "experiments" / "configs"
+
+
+log = logging.getLogger("spade_jax.config")
 
 
 class ConfigError(ValueError):
@@ -125,12 +129,25 @@ def _unknown_key(key: str, allowed: list[str]) -> ConfigError:
     return ConfigError(f"unknown config key {key!r}{hint}; allowed: {', '.join(sorted(allowed))}")
 
 
+# Keys that older versions wrote into every run's config.yaml and that no longer mean anything; a
+# resumed run ignores them with a note instead of refusing its own config.
+REMOVED_KEYS = {
+    "rl.designer_advantage": "the designer's advantages are curriculum.designer_advantages",
+    "curriculum.tis_cap": "the TIS cap is rl.tis_cap",
+    "curriculum.win_rate_window": "the window is regen_interval",
+    "curriculum.invalid_in_baseline": "see curriculum.train_invalid_designs",
+}
+
+
 def from_dict(cls, data: dict, prefix: str = ""):
     """Builds dataclass `cls` from nested plain data; unknown keys raise ConfigError."""
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls) if f.init]
     kwargs = {}
     for key, value in (data or {}).items():
+        if key not in names and prefix + key in REMOVED_KEYS:
+            log.warning("config key %s%s is no longer used and is ignored (%s)", prefix, key, REMOVED_KEYS[prefix + key])
+            continue
         if key not in names:
             raise _unknown_key(prefix + key, names)
         kwargs[key] = _coerce(value, hints[key], prefix + key)

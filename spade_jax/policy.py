@@ -49,12 +49,17 @@ class Learner:
     A non-finite step is skipped inside the jitted step (weights and optimizer state kept); after
     `rl.max_nonfinite_steps` of them in a row `update` raises TrainingDiverged, before any checkpoint
     of the bad step could be saved.
+
+    With `rl.kl_coef > 0` it also holds `ref_params`, a frozen copy of the weights the model has when
+    the Learner is made: build it from the freshly loaded model and only then restore a checkpoint
+    into `state` (experiments/run.py does), so a resumed run keeps the starting policy as reference.
     """
 
     def __init__(self, model, rl_config, *, mesh=None, sandbox=None, verbose: bool = True):
         self.model, self.cfg, self.mesh, self.sandbox = model, rl_config, mesh, sandbox
         self.train_step = make_train_step(model, rl_config, mesh, verbose=verbose)
         self.state = self.train_step.init(model)
+        self.ref_params = self.train_step.reference_params(model)  # KL anchor; None when rl.kl_coef == 0
         shards = 1
         if mesh is not None:
             shards = int(np.prod([mesh.shape[a] for a in ("data", "fsdp") if a in mesh.axis_names]))
@@ -72,7 +77,7 @@ class Learner:
             samples, row_multiple=self.row_multiple, max_length=self.max_length,
             pad_id=getattr(self.model.spec, "pad_token_id", None) or 0,
         )
-        self.state, metrics = self.train_step(self.state, batch)
+        self.state, metrics = self.train_step(self.state, batch, self.ref_params)
         out = {k: float(v) for k, v in metrics.items()}
         skipped = out["train/skipped"] > 0
         out["train/skipped"] = int(skipped)

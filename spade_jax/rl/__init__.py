@@ -1,30 +1,32 @@
 """RL update for both SPADE roles: GRPO losses, advantage estimators (registry), TrainState, train_step.
 
-Import from here: `RLConfig`, `TrainBatch`, `make_train_step`, `compute_advantages`, `grpo_loss`.
+Import from here: `RLConfig`, `TrainBatch`, `make_train_step`, `compute_advantages`, `grpo_loss`,
+`kl_penalty`, `truncated_importance_weights`.
 """
 
 from spade_jax.rl.advantages import (
     ADVANTAGE_ESTIMATORS,
     compute_advantages,
-    designer_advantage_scale,
     get_advantage_estimator,
     register_advantage_estimator,
 )
 from spade_jax.rl.batch import AGENT, DESIGNER, ROLE_NAMES, TrainBatch
-from spade_jax.rl.config import RLConfig
+from spade_jax.rl.config import KL_ESTIMATORS, RLConfig
 from spade_jax.rl.losses import (
     LossNormalisers,
     grpo_loss,
     grpo_token_terms,
+    kl_penalty,
     loss_normalisers,
     token_logprobs,
+    truncated_importance_weights,
 )
 from spade_jax.rl.train import TrainState, TrainStep, make_optimizer, make_train_step, prepare_batch
 
 __all__ = [
-    "ADVANTAGE_ESTIMATORS", "AGENT", "DESIGNER", "ROLE_NAMES", "LossNormalisers", "RLConfig",
-    "TrainBatch", "TrainState", "TrainStep", "compute_advantages", "designer_advantage_scale",
+    "ADVANTAGE_ESTIMATORS", "AGENT", "DESIGNER", "KL_ESTIMATORS", "ROLE_NAMES", "LossNormalisers", "RLConfig",
+    "TrainBatch", "TrainState", "TrainStep", "compute_advantages",
     "get_advantage_estimator", "grpo_loss", "grpo_token_terms", "loss_normalisers",
     "make_optimizer", "make_train_step", "prepare_batch", "register_advantage_estimator",
-    "token_logprobs",
+    "kl_penalty", "token_logprobs", "truncated_importance_weights",
 ]

@@ -64,8 +64,9 @@ def _group_stats(rewards, group_ids, mask):
 
 
 @register_advantage_estimator("grpo_zscore")
-def grpo_zscore(rewards, group_ids, *, mask=None, eps: float = 1e-6, ddof: int = 1):
-    """GRPO (agent): (r - group mean) / (group std + eps); ddof=1 as torch.std in TRL/verl.
+def grpo_zscore(rewards, group_ids, *, mask=None, eps: float = 1e-8, ddof: int = 0):
+    """GRPO (agent): (r - group mean) / (group std + eps); ddof=0 and eps=1e-8 as SPADE's reference
+    (trajectory_build.py); TRL/verl use ddof=1 (torch.std).
 
     Groups of one (or with zero spread) get advantage 0. Samples with mask False are left out of
     the statistics and get 0.
@@ -76,13 +77,6 @@ def grpo_zscore(rewards, group_ids, *, mask=None, eps: float = 1e-6, ddof: int =
     var = sq / xp.maximum(count - ddof, 1.0)
     std = xp.sqrt(var)
     return xp.where(mask & (count > ddof), dev / (std + eps), 0.0)
-
-
-@register_advantage_estimator("centered_scaled")
-def centered_scaled(rewards, group_ids, *, mask=None, scale: float = 1.0):
-    """SPADE designer: (r - group mean) * scale, no division by the std (groups are skills)."""
-    xp, r, mask, _, _, mean = _group_stats(rewards, group_ids, mask)
-    return xp.where(mask, (r - mean) * scale, 0.0)
 
 
 @register_advantage_estimator("rloo")
@@ -99,12 +93,3 @@ def dr_grpo(rewards, group_ids, *, mask=None):
     """Dr.GRPO: r - group mean without the std division; pair it with `aggregation="dr_grpo"`."""
     xp, r, mask, _, _, mean = _group_stats(rewards, group_ids, mask)
     return xp.where(mask, r - mean, 0.0)
-
-
-def designer_advantage_scale(
-    agent_samples: int, designer_samples: int, regen_interval: int, cap: float = 50.0
-) -> float:
-    """SPADE's designer scale: min(agent samples / designer samples * regen_interval, cap)."""
-    if designer_samples <= 0:
-        raise ValueError("designer_samples must be positive to scale designer advantages")
-    return float(min(agent_samples / designer_samples * regen_interval, cap))

@@ -9,18 +9,19 @@ import dataclasses
 
 AGGREGATIONS = ("token", "sequence", "dr_grpo")
 COMPUTE_DTYPES = ("float32", "bfloat16")
+KL_ESTIMATORS = ("k1", "k3")
 
 
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
     eps_low: float = 0.2  # clip ratio below at 1 - eps_low (SPADE)
     eps_high: float = 0.28  # clip ratio above at 1 + eps_high (SPADE, DAPO's clip-higher)
-    kl_coef: float = 0.0  # weight of the k3 KL to the frozen reference (SPADE: 0, some runs 0.005)
+    kl_coef: float = 0.0  # weight of the KL to the initial policy (SPADE: 0; its 8B recipe 0.005); > 0 holds a frozen copy of the starting params
+    kl_estimator: str = "k3"  # per-token KL estimator: k3 = exp(ref - logp) - (ref - logp) - 1 (low variance, SPADE's 8B recipe); k1 = logp - ref
     aggregation: str = "token"  # token: mean over all loss tokens; sequence: mean of per-sequence means; dr_grpo: sum / (sequences * dr_grpo_tokens)
     dr_grpo_tokens: int | None = None  # Dr.GRPO's constant per-sequence token budget; None: the batch's padded length
     tis_cap: float | None = 2.0  # truncation of the importance weight pi_prox / pi_behaviour; None: no correction
     agent_advantage: str = "grpo_zscore"  # registry name of the agent's advantage estimator
-    designer_advantage: str = "centered_scaled"  # registry name of the designer's advantage estimator
     lr: float = 1e-6  # AdamW learning rate, constant (SPADE)
     weight_decay: float = 0.1  # AdamW decoupled weight decay (SPADE)
     b1: float = 0.9  # AdamW beta1 (SPADE)
@@ -41,14 +42,18 @@ class RLConfig:
             raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got {self.eps_low}, {self.eps_high}")
         if self.kl_coef < 0:
             raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"kl_estimator {self.kl_estimator!r} is not one of {KL_ESTIMATORS}")
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation {self.aggregation!r} is not one of {AGGREGATIONS}")
         if self.dr_grpo_tokens is not None and self.dr_grpo_tokens <= 0:
             raise ValueError(f"dr_grpo_tokens must be positive or None, got {self.dr_grpo_tokens}")
         if self.tis_cap is not None and self.tis_cap < 1.0:
             raise ValueError(f"tis_cap must be >= 1 (or None to disable), got {self.tis_cap}")
-        if self.lr < 0 or self.weight_decay < 0:
-            raise ValueError("lr and weight_decay must be >= 0")
+        if self.lr < 0:
+            raise ValueError(f"rl.lr must be >= 0, got {self.lr}")
+        if self.weight_decay < 0:
+            raise ValueError(f"rl.weight_decay must be >= 0, got {self.weight_decay}")
         if not (0 <= self.b1 < 1 and 0 <= self.b2 < 1):
             raise ValueError(f"AdamW betas must be in [0, 1), got {self.b1}, {self.b2}")
         if self.grad_clip is not None and self.grad_clip <= 0:
@@ -64,7 +69,6 @@ class RLConfig:
         from spade_jax.rl.advantages import get_advantage_estimator  # noqa: PLC0415 (avoid a cycle)
 
         get_advantage_estimator(self.agent_advantage)
-        get_advantage_estimator(self.designer_advantage)
         if not isinstance(self.max_nonfinite_steps, int) or self.max_nonfinite_steps < 1:
             raise ValueError(f"RLConfig.max_nonfinite_steps must be an int >= 1, got {self.max_nonfinite_steps!r}")
 

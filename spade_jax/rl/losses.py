@@ -1,4 +1,4 @@
-"""GRPO policy loss: asymmetric clipped surrogate, truncated importance sampling, k3 KL, aggregation.
+"""GRPO policy loss: asymmetric clipped surrogate, truncated importance sampling, KL to a reference, aggregation.
 
 Pure functions of per-token arrays; `token_logprobs` turns a model and tokens into those arrays.
 """
@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from spade_jax.rl.batch import ROLE_NAMES, TrainBatch
-from spade_jax.rl.config import RLConfig
+from spade_jax.rl.config import KL_ESTIMATORS, RLConfig
 
 _MAX_LOG_RATIO = 20.0  # exp() stays finite; masked positions may hold arbitrary logprobs
 
@@ -65,6 +65,39 @@ def aggregation_weights(mask_bt: jax.Array, norm: LossNormalisers, aggregation: 
     raise ValueError(f"aggregation {aggregation!r} is not one of token, sequence, dr_grpo")
 
 
+def truncated_importance_weights(logp_current, logp_behaviour, cap: float | None = 2.0, mask=None) -> jax.Array:
+    """TIS weights min(exp(logp_current - logp_behaviour), cap) with no gradient; 0 off `mask`.
+
+    Corrects a sample drawn by an older (behaviour) policy toward the current one without unbounded
+    variance (the delayed designer update). `cap=None` turns the correction off (weights 1).
+    """
+    current = jnp.asarray(logp_current, jnp.float32)
+    if cap is None:
+        weights = jnp.ones_like(current)
+    else:
+        log_ratio = jnp.clip(current - jnp.asarray(logp_behaviour, jnp.float32), -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+        weights = jnp.minimum(jnp.exp(log_ratio), cap)
+    if mask is not None:
+        weights = jnp.where(jnp.asarray(mask, bool), weights, 0.0)
+    return jax.lax.stop_gradient(weights)
+
+
+def kl_penalty(logp_bt: jax.Array, ref_logprobs_bt: jax.Array, estimator: str = "k3") -> jax.Array:
+    """Per-token estimate of KL(pi || ref) from the sampled tokens' logprobs (Schulman's estimators).
+
+    k1 = logp - ref: unbiased, can be negative, and as a loss its gradient is just grad logp.
+    k3 = exp(ref - logp) - (ref - logp) - 1 >= 0: unbiased, low variance (GRPO's KL term).
+    """
+    logp = logp_bt.astype(jnp.float32)
+    ref = ref_logprobs_bt.astype(jnp.float32)
+    if estimator == "k1":
+        return logp - ref
+    if estimator == "k3":
+        d = jnp.clip(ref - logp, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+        return jnp.exp(d) - d - 1.0
+    raise ValueError(f"kl_estimator {estimator!r} is not one of {KL_ESTIMATORS}")
+
+
 def grpo_token_terms(
     logp_bt: jax.Array,
     behaviour_logprobs_bt: jax.Array,
@@ -81,6 +114,7 @@ def grpo_token_terms(
     policy; for stale rows it is the current policy (detached), whose ratio is 1 in value. The
     surrogate is then multiplied by the truncated importance weight min(pi_prox / pi_behaviour,
     tis_cap), which is exactly 1 for fresh rows without `old_logprobs_bt` and corrects stale rows.
+    With `ref_logprobs_bt`, `kl` is `kl_penalty(logp, ref, cfg.kl_estimator)`; else 0.
     """
     logp = logp_bt.astype(jnp.float32)
     behaviour = behaviour_logprobs_bt.astype(jnp.float32)
@@ -89,22 +123,16 @@ def grpo_token_terms(
         prox = jnp.where(stale_b[:, None], jax.lax.stop_gradient(logp), prox)
     log_ratio = jnp.clip(logp - prox, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
     ratio = jnp.exp(log_ratio)
-    if cfg.tis_cap is None:
-        tis_weight = jnp.ones_like(logp)
-    else:
-        log_w = jnp.clip(jax.lax.stop_gradient(prox) - behaviour, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-        tis_weight = jnp.minimum(jnp.exp(log_w), cfg.tis_cap)
+    tis_weight = truncated_importance_weights(prox, behaviour, cfg.tis_cap)
     adv = advantages_bt.astype(jnp.float32)
     unclipped = ratio * adv
     clipped = jnp.clip(ratio, 1.0 - cfg.eps_low, 1.0 + cfg.eps_high) * adv
     pg = -tis_weight * jnp.minimum(unclipped, clipped)
     is_clipped = ((ratio < 1.0 - cfg.eps_low) & (adv < 0)) | ((ratio > 1.0 + cfg.eps_high) & (adv > 0))
-    # k3 estimator of KL(pi || ref) (Schulman): exp(ref - logp) - (ref - logp) - 1 >= 0.
     if ref_logprobs_bt is None:
         kl = jnp.zeros_like(logp)
     else:
-        d = jnp.clip(ref_logprobs_bt.astype(jnp.float32) - logp, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-        kl = jnp.exp(d) - d - 1.0
+        kl = kl_penalty(logp, ref_logprobs_bt, cfg.kl_estimator)
     neg = jax.lax.stop_gradient(-log_ratio)
     approx_kl = jnp.exp(neg) - neg - 1.0  # k3 of KL(pi_prox || pi), a drift monitor
     return {
@@ -127,7 +155,10 @@ def grpo_loss(
     `norm` holds the full batch's counts; None computes them from this batch (no micro-batching).
     """
     if cfg.kl_coef > 0 and batch.ref_logprobs_bt is None:
-        raise ValueError("kl_coef > 0 needs TrainBatch.ref_logprobs_bt from the frozen reference model")
+        raise ValueError(
+            "kl_coef > 0 needs TrainBatch.ref_logprobs_bt; the train step fills it from its reference "
+            "params (TrainStep.reference_params(model), held by the Learner)"
+        )
     if norm is None:
         norm = loss_normalisers(batch, cfg)
     mask = effective_loss_mask(batch)

@@ -1,7 +1,7 @@
 """TrainState and the jitted, sharded, buffer-donating GRPO train step with micro-batch accumulation.
 
-`make_train_step(model, cfg, mesh)` returns the `TrainStep`: `init(model)`, `step(state, batch)`, write-back.
-A step whose loss, gradients or updates are not finite is skipped inside the step (`train/skipped`).
+`make_train_step(model, cfg, mesh)` returns the `TrainStep`: `init(model)`, `step(state, batch[, ref_params])`,
+write-back. A step whose loss, gradients or updates are not finite is skipped inside the step (`train/skipped`).
 """
 
 from __future__ import annotations
@@ -164,6 +164,7 @@ class TrainStep:
     jitted: Any  # jax.jit(step_fn, shardings, donate_argnums=0)
     rules: Any = None  # logical-axis rules (None: spade_jax.mesh.LOGICAL_RULES)
     verbose: bool = True  # print the compiled memory before the first step of each shape
+    jitted_ref: Any = None  # the same step taking the frozen reference params as a third argument (kl_coef > 0)
     _compiled: dict = dataclasses.field(default_factory=dict)
 
     def __iter__(self):
@@ -185,6 +186,34 @@ class TrainStep:
             return jax.jit(build)(params, rng)
         params = jax.device_put(params, self.param_shardings)
         return jax.jit(build, out_shardings=self.state_shardings)(params, rng)
+
+    def reference_params(self, model: nnx.Module):
+        """A frozen copy of the model's current params for the KL term; None when `kl_coef` is 0.
+
+        Call it on the STARTING weights (the Learner does, before any checkpoint is restored into the
+        model). Kept in the model's own param dtype and sharded like the policy params: one more copy
+        of the weights. Not part of `TrainState`, so checkpoints do not grow: a resumed run reloads the
+        same starting weights and makes the reference again.
+        """
+        if self.cfg.kl_coef == 0:
+            return None
+        params = jax.tree.map(jnp.copy, nnx.to_pure_dict(nnx.state(model, nnx.Param)))  # own buffers
+        if self.mesh is not None:
+            params = jax.device_put(params, self.param_shardings)
+        return params
+
+    def _reference_for(self, batch: TrainBatch, ref_params):
+        """The reference params the step needs for `batch`: None without KL or when the batch brings its own."""
+        if self.cfg.kl_coef == 0 or batch.ref_logprobs_bt is not None:
+            return None
+        if ref_params is None:
+            raise ValueError(
+                "rl.kl_coef > 0 needs the frozen reference: pass ref_params=train_step.reference_params(model) "
+                "made from the starting weights (the Learner does), or TrainBatch.ref_logprobs_bt"
+            )
+        if self.mesh is not None:
+            ref_params = jax.device_put(ref_params, self.param_shardings)  # no-op when already placed
+        return ref_params
 
     def abstract_state(self, model: nnx.Module) -> TrainState:
         """Shapes, dtypes and shardings of `init(model)`'s result (a restore target for checkpoints)."""
@@ -210,24 +239,38 @@ class TrainStep:
             return jax.tree.map(jnp.asarray, batch)
         return jax.device_put(batch, self.batch_sharding)
 
-    def compile(self, state: TrainState, batch: TrainBatch):
-        """Lowers and compiles for these shapes (cached); prints the compiled memory the first time."""
-        leaves, tree = jax.tree.flatten((state, batch))
+    def compile(self, state: TrainState, batch: TrainBatch, ref_params=None):
+        """Lowers and compiles for these shapes (cached); prints the compiled memory the first time.
+
+        `ref_params` None compiles the step without the reference forward (`jitted`), else `jitted_ref`.
+        """
+        leaves, tree = jax.tree.flatten((state, batch, ref_params))
         key = (tree, tuple((np.shape(x), np.dtype(x.dtype)) for x in leaves))
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = self.jitted.lower(state, batch).compile()
+            if ref_params is None:
+                compiled = self.jitted.lower(state, batch).compile()
+            else:
+                compiled = self.jitted_ref.lower(state, batch, ref_params).compile()
             if self.verbose:
                 print(format_memory(compiled), file=sys.stderr, flush=True)
             self._compiled[key] = compiled
         return compiled
 
-    def __call__(self, state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, jax.Array]]:
+    def __call__(
+        self, state: TrainState, batch: TrainBatch, ref_params=None
+    ) -> tuple[TrainState, dict[str, jax.Array]]:
+        """One update. With `kl_coef > 0` the reference logprobs come from `batch.ref_logprobs_bt` if
+        set, else from `ref_params` (`reference_params(model)`) inside the step."""
         batch = self.place_batch(batch)
-        return self.compile(state, batch)(state, batch)
+        ref_params = self._reference_for(batch, ref_params)
+        if ref_params is None:
+            return self.compile(state, batch)(state, batch)
+        return self.compile(state, batch, ref_params)(state, batch, ref_params)
 
-    def memory_report(self, state: TrainState, batch: TrainBatch) -> str:
-        return format_memory(self.compile(state, self.place_batch(batch)))
+    def memory_report(self, state: TrainState, batch: TrainBatch, ref_params=None) -> str:
+        batch = self.place_batch(batch)
+        return format_memory(self.compile(state, batch, self._reference_for(batch, ref_params)))
 
     def sampling_model(self, state: TrainState, model: nnx.Module) -> nnx.Module:
         """A model sharing `state`'s param buffers (no copy); valid only until the next train step donates them."""
@@ -258,6 +301,10 @@ def make_train_step(
     Micro-batches: rows are dealt round-robin into `cfg.micro_batches` groups, gradients are summed
     over a `lax.scan`, and every loss term is normalised by counts of the FULL batch (e.g. token
     aggregation divides by all loss tokens of the batch), so the result equals the one-shot step.
+
+    KL (`kl_coef > 0`): given the frozen reference params as a third argument, each micro-batch's
+    reference logprobs come from a forward pass with them inside the same step (no gradient, no
+    host round trip, and only one micro-batch of reference activations alive at a time).
     """
     compute_dtype = jnp.bfloat16 if cfg.compute_dtype == "bfloat16" else jnp.float32
     graphdef = _compute_graphdef(model, compute_dtype)
@@ -288,7 +335,18 @@ def make_train_step(
 
     _, _, rest = nnx.split(model, nnx.Param, ...)  # non-param variables (none in Decoder): constants
 
-    def loss_fn(params, micro_batch, norm):
+    def with_reference(micro_batch, ref_params):
+        """Fills `ref_logprobs_bt` from the frozen reference params (same compute graphdef as the policy)."""
+        if ref_params is None:
+            return micro_batch
+        reference = nnx.merge(graphdef, ref_params, rest)
+        ref_logp = token_logprobs(
+            reference, micro_batch.tokens_bt, micro_batch.positions_bt, micro_batch.valid_bt, cfg.logprob_chunk
+        )
+        return micro_batch.replace(ref_logprobs_bt=jax.lax.stop_gradient(ref_logp))
+
+    def loss_fn(params, micro_batch, norm, ref_params=None):
+        micro_batch = with_reference(micro_batch, ref_params)
         policy = nnx.merge(graphdef, params, rest)
         logp = token_logprobs(
             policy, micro_batch.tokens_bt, micro_batch.positions_bt, micro_batch.valid_bt, cfg.logprob_chunk
@@ -297,17 +355,17 @@ def make_train_step(
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-    def step_fn(state: TrainState, batch: TrainBatch):
+    def step_fn(state: TrainState, batch: TrainBatch, ref_params=None):
         norm = loss_normalisers(batch, cfg)
         params = state.params
         if m == 1:
-            (_, metrics), grads = grad_fn(params, batch, norm)
+            (_, metrics), grads = grad_fn(params, batch, norm, ref_params)
         else:
             micro = jax.tree.map(lambda x: _split_micro_batches(x, m), batch)
             if mb_sharding is not None:
                 micro = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, mb_sharding), micro)
             first = jax.tree.map(lambda x: x[0], micro)
-            metric_shapes = jax.eval_shape(lambda p, mb: loss_fn(p, mb, norm)[1], params, first)
+            metric_shapes = jax.eval_shape(lambda p, mb, rp: loss_fn(p, mb, norm, rp)[1], params, first, ref_params)
             zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
             zero_grads = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
             if p_shardings is not None:
@@ -315,7 +373,7 @@ def make_train_step(
 
             def accumulate(carry, micro_batch):
                 grads_acc, metrics_acc = carry
-                (_, mb_metrics), mb_grads = grad_fn(params, micro_batch, norm)
+                (_, mb_metrics), mb_grads = grad_fn(params, micro_batch, norm, ref_params)
                 grads_acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grads_acc, mb_grads)
                 return (grads_acc, jax.tree.map(jnp.add, metrics_acc, mb_metrics)), None
 
@@ -342,15 +400,13 @@ def make_train_step(
         new_state = TrainState(params=new_params, opt_state=opt_state, step=steps, rng=rng)
         return new_state, metrics
 
-    if mesh is None:
-        jitted = jax.jit(step_fn, donate_argnums=0)
-    else:
-        jitted = jax.jit(
-            step_fn,
-            in_shardings=(state_shardings, batch_sharding),
-            out_shardings=(state_shardings, replicated),
-            donate_argnums=0,
-        )
+    def jit(with_reference_params: bool):
+        if mesh is None:
+            return jax.jit(step_fn, donate_argnums=0)
+        in_shardings = (state_shardings, batch_sharding) + ((p_shardings,) if with_reference_params else ())
+        # The reference params are an input, never donated: the same buffers serve every step.
+        return jax.jit(step_fn, in_shardings=in_shardings, out_shardings=(state_shardings, replicated), donate_argnums=0)
+
     return TrainStep(
         cfg=cfg,
         graphdef=graphdef,
@@ -359,7 +415,8 @@ def make_train_step(
         param_shardings=p_shardings,
         state_shardings=state_shardings,
         batch_sharding=batch_sharding,
-        jitted=jitted,
+        jitted=jit(False),
+        jitted_ref=jit(True) if cfg.kl_coef > 0 else None,
         rules=rules,
         verbose=verbose,
     )

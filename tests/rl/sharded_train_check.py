@@ -1,5 +1,6 @@
 """Subprocess body for test_train_step: on 8 CPU devices, a sharded (and micro-batched) step equals the
-unsharded one, and a checkpoint restores into the same shardings. Prints one JSON line with the differences.
+unsharded one, with the KL's reference logprobs computed inside the step from reference params sharded
+like the policy's, and a checkpoint restores into the same shardings. Prints one JSON line with the differences.
 
 usage: sharded_train_check.py [CHECKPOINT_DIR]
 """
@@ -25,9 +26,13 @@ def run(mesh, micro_batches, steps=2, checkpoint_dir=None):
     cfg = RLConfig(lr=1e-2, adam_eps=1.0, micro_batches=micro_batches, kl_coef=0.01)
     init, step = make_train_step(model, cfg, mesh, verbose=False)
     state = init(model)
+    ref_params = step.reference_params(model)  # the starting weights: KL 0 at step 0, > 0 after
+    if mesh is not None:
+        for p, r in zip(jax.tree.leaves(state.params), jax.tree.leaves(ref_params)):
+            assert p.sharding == r.sharding, (p.sharding, r.sharding)
     history = []
     for i in range(steps):
-        state, metrics = step(state, make_train_batch(i, batch=16, ref=True))
+        state, metrics = step(state, make_train_batch(i, batch=16), ref_params)
         history.append({k: float(v) for k, v in metrics.items()})
     if checkpoint_dir is not None:  # sharded save, then restore straight into the mesh shardings
         from spade_jax.checkpoint import Checkpointer  # noqa: PLC0415
@@ -59,6 +64,7 @@ def main():
         "metric_diff": metric_diff,
         "sharded_params": sum("fsdp" in s or "tensor" in s for s in specs),
         "loss": [h["loss"] for h in sharded_hist],
+        "kl": [h["kl"] for h in sharded_hist],
     }))
 
 

@@ -15,7 +15,7 @@ def _groups(rewards, group_ids, mask):
     return out
 
 
-def ref_zscore(rewards, group_ids, mask, eps=1e-6, ddof=1):
+def ref_zscore(rewards, group_ids, mask, eps=1e-8, ddof=0):
     groups = _groups(rewards, group_ids, mask)
     out = np.zeros(len(rewards))
     for i, g in enumerate(group_ids):
@@ -62,10 +62,7 @@ def test_estimators_match_numpy_reference(data, use_mask, backend):
     tol = dict(rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(adv.grpo_zscore(r, g, **kw), ref_zscore(rewards, group_ids, mask_ref), **tol)
     np.testing.assert_allclose(
-        adv.grpo_zscore(r, g, ddof=0, **kw), ref_zscore(rewards, group_ids, mask_ref, ddof=0), **tol
-    )
-    np.testing.assert_allclose(
-        adv.centered_scaled(r, g, scale=3.5, **kw), ref_centered(rewards, group_ids, mask_ref, 3.5), **tol
+        adv.grpo_zscore(r, g, ddof=1, eps=1e-6, **kw), ref_zscore(rewards, group_ids, mask_ref, eps=1e-6, ddof=1), **tol
     )
     np.testing.assert_allclose(adv.rloo(r, g, **kw), ref_rloo(rewards, group_ids, mask_ref), **tol)
     np.testing.assert_allclose(adv.dr_grpo(r, g, **kw), ref_centered(rewards, group_ids, mask_ref), **tol)
@@ -87,18 +84,10 @@ def test_degenerate_groups_get_zero(data):
 
 
 def test_registry_by_name_and_errors():
-    assert {"grpo_zscore", "centered_scaled", "rloo", "dr_grpo"} <= set(adv.ADVANTAGE_ESTIMATORS)
+    assert {"grpo_zscore", "rloo", "dr_grpo"} <= set(adv.ADVANTAGE_ESTIMATORS)
     with pytest.raises(ValueError, match="unknown advantage estimator 'nope'"):
         adv.get_advantage_estimator("nope")
     with pytest.raises(ValueError, match="already registered"):
         adv.register_advantage_estimator("rloo")(lambda r, g: r)
     with pytest.raises(ValueError, match="same length"):
         adv.grpo_zscore(np.zeros(3), np.zeros(4))
-
-
-def test_designer_scale_follows_spade():
-    # 24 envs x 32 agent plays vs 24 designer samples, regen every 4 steps: 32 * 4 = 128, capped at 50.
-    assert adv.designer_advantage_scale(24 * 32, 24, 4) == 50.0
-    assert adv.designer_advantage_scale(48, 24, 4) == 8.0
-    with pytest.raises(ValueError):
-        adv.designer_advantage_scale(10, 0, 4)

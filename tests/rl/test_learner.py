@@ -1,7 +1,9 @@
 """The Learner's watch over non-finite updates: skipped steps are counted, a run of them in a row
-raises TrainingDiverged, and a finite step in between starts the count again."""
+raises TrainingDiverged, and a finite step in between starts the count again. With rl.kl_coef > 0
+it anchors the KL on the weights it was built from, through updates and a resume."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -29,6 +31,7 @@ def _model_params(model):
 def test_non_finite_updates_are_skipped_counted_and_a_run_of_them_stops_training():
     model = tiny_decoder(0)
     learner = Learner(model, RLConfig(lr=1e-2, max_nonfinite_steps=2), verbose=False)
+    assert learner.ref_params is None  # no KL, no reference copy
     good = learner.update(_samples(1.0))
     assert good["train/skipped"] == 0 and good["update/skipped"] == 0 and good["train/skipped_steps"] == 0
     kept = _model_params(model)
@@ -53,3 +56,32 @@ def test_non_finite_updates_are_skipped_counted_and_a_run_of_them_stops_training
 def test_max_nonfinite_steps_must_be_positive():
     with pytest.raises(ValueError, match="max_nonfinite_steps"):
         RLConfig(max_nonfinite_steps=0)
+
+
+def test_kl_k3_to_the_starting_weights_runs_end_to_end():
+    model = tiny_decoder(0)
+    start = _model_params(model)
+    learner = Learner(model, RLConfig(lr=1e-2, kl_coef=0.005, kl_estimator="k3"), verbose=False)
+    first = learner.update(_samples(1.0))
+    assert first["train/skipped"] == 0 and first["kl"] == 0.0  # the policy is still the reference
+    second = learner.update(_samples(1.0))
+    assert second["train/skipped"] == 0 and second["kl"] > 0.0
+    assert any(not np.array_equal(a, b) for a, b in zip(start, _model_params(model)))  # the model moved...
+    for a, b in zip(start, jax.tree.leaves(learner.ref_params)):
+        np.testing.assert_array_equal(np.asarray(b), a)  # ...the reference did not
+
+
+def test_kl_reference_survives_a_resume():
+    """As experiments/run.py resumes: a fresh Learner on the reloaded starting weights, then the
+    checkpointed state restored into it; it continues exactly like the Learner that never stopped."""
+    cfg = RLConfig(lr=1e-2, kl_coef=0.005)
+    running = Learner(tiny_decoder(0), cfg, verbose=False)
+    running.update(_samples(1.0))
+    running.update(_samples(-1.0))
+    resumed = Learner(tiny_decoder(0), cfg, verbose=False)
+    resumed.state = jax.tree.map(jnp.copy, running.state)  # what Checkpointer.restore hands back
+    resumed.train_step.write_params(resumed.model, resumed.state)
+    for a, b in zip(jax.tree.leaves(running.ref_params), jax.tree.leaves(resumed.ref_params)):
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
+    want, got = running.update(_samples(1.0)), resumed.update(_samples(1.0))
+    assert want["kl"] > 0 and got["kl"] == want["kl"] and got["loss"] == want["loss"]

@@ -7,13 +7,21 @@ import pytest
 from flax import nnx
 
 from rl_testing import TINY, tiny_decoder
-from spade_jax.rl import RLConfig, TrainBatch, grpo_loss, loss_normalisers, token_logprobs
+from spade_jax.rl import (
+    RLConfig,
+    TrainBatch,
+    grpo_loss,
+    kl_penalty,
+    loss_normalisers,
+    token_logprobs,
+    truncated_importance_weights,
+)
 
 B, T = 6, 9
 
 
 def ref_terms(logp, behaviour, adv_bt, stale, old, ref, cfg):
-    """Per-token loss and d loss / d logp, one token at a time (decoupled PPO + TIS + k3 KL)."""
+    """Per-token loss and d loss / d logp, one token at a time (decoupled PPO + TIS + k1 or k3 KL)."""
     loss = np.zeros_like(logp)
     grad = np.zeros_like(logp)
     for b in range(logp.shape[0]):
@@ -26,7 +34,10 @@ def ref_terms(logp, behaviour, adv_bt, stale, old, ref, cfg):
             uses_unclipped = r * a <= clipped * a
             loss[b, t] = -w * min(r * a, clipped * a)
             grad[b, t] = -w * a * r if uses_unclipped else 0.0
-            if ref is not None:
+            if ref is not None and cfg.kl_estimator == "k1":
+                loss[b, t] += cfg.kl_coef * (lp - ref[b, t])
+                grad[b, t] += cfg.kl_coef
+            elif ref is not None:
                 d = ref[b, t] - lp
                 loss[b, t] += cfg.kl_coef * (np.exp(d) - d - 1)
                 grad[b, t] += cfg.kl_coef * (1 - np.exp(d))
@@ -79,6 +90,7 @@ CASES = [
     dict(stale=True),
     dict(stale=True, old=True),
     dict(ref=True),
+    dict(ref=True, stale=True, kl_estimator="k1"),
 ]
 
 
@@ -86,7 +98,9 @@ CASES = [
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_loss_and_grad_match_numpy(aggregation, case):
     opts = CASES[case]
-    cfg = RLConfig(aggregation=aggregation, kl_coef=0.05 if opts.get("ref") else 0.0, dr_grpo_tokens=16)
+    opts = dict(opts)
+    cfg = RLConfig(aggregation=aggregation, kl_coef=0.05 if opts.get("ref") else 0.0, dr_grpo_tokens=16,
+                   kl_estimator=opts.pop("kl_estimator", "k3"))
     logp, batch, mask = make_batch(case, **opts)
     adv_bt = np.broadcast_to(np.asarray(batch.advantages_b)[:, None], (B, T)) if batch.advantages_b is not None else batch.advantages_bt
     stale = batch.is_stale_b if batch.is_stale_b is not None else np.zeros(B, bool)
@@ -125,6 +139,30 @@ def test_tis_weight_is_truncated():
     w = np.where(np.asarray(batch.is_stale_b)[:, None], np.minimum(np.exp(logp - behaviour), 1.5), 1.0)
     np.testing.assert_allclose(float(metrics["tis_weight"]), (w * mask).sum() / mask.sum(), rtol=1e-5)
     assert float(metrics["tis_weight"]) < 1.5
+
+
+def test_truncated_importance_weights_values_mask_cap_and_no_gradient():
+    current = jnp.log(jnp.asarray([0.5, 0.2, 0.9, 0.3]))
+    behaviour = jnp.log(jnp.asarray([0.5, 0.4, 0.3, 0.1]))
+    np.testing.assert_allclose(np.asarray(truncated_importance_weights(current, behaviour, 2.0)), [1.0, 0.5, 2.0, 2.0], atol=1e-6)
+    np.testing.assert_allclose(np.asarray(truncated_importance_weights(current, behaviour, 5.0)), [1.0, 0.5, 3.0, 3.0], rtol=1e-6)
+    masked = truncated_importance_weights(current, behaviour, 2.0, mask=[True, False, True, False])
+    np.testing.assert_allclose(np.asarray(masked), [1.0, 0.0, 2.0, 0.0], atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(truncated_importance_weights(current, behaviour, None)), 1.0)
+    grad = jax.grad(lambda c: truncated_importance_weights(c, behaviour).sum())(current)
+    np.testing.assert_array_equal(np.asarray(grad), 0.0)
+
+
+def test_kl_estimators_match_numpy():
+    rng = np.random.default_rng(3)
+    logp = np.log(rng.uniform(0.01, 1.0, (4, 5)))
+    ref = np.log(rng.uniform(0.01, 1.0, (4, 5)))
+    d = ref - logp
+    np.testing.assert_allclose(np.asarray(kl_penalty(jnp.asarray(logp), jnp.asarray(ref), "k1")), logp - ref, rtol=1e-5)
+    k3 = np.asarray(kl_penalty(jnp.asarray(logp), jnp.asarray(ref), "k3"))
+    np.testing.assert_allclose(k3, np.exp(d) - d - 1, rtol=1e-5, atol=1e-6)
+    assert (k3 >= 0).all()
+    np.testing.assert_array_equal(np.asarray(kl_penalty(jnp.asarray(logp), jnp.asarray(logp), "k3")), 0.0)
 
 
 def test_micro_batch_contributions_add_up():

@@ -164,6 +164,7 @@ def test_sharded_step_on_8_cpu_devices_equals_unsharded(tmp_path):
     assert result["sharded_params"] > 0  # the check really sharded something
     assert result["param_diff"] < 1e-6, result
     assert result["metric_diff"] < 1e-5, result
+    assert result["kl"][0] == 0.0 and result["kl"][1] > 0.0, result  # reference = starting weights
 
 
 def _host_copy(tree):
