@@ -31,6 +31,7 @@ class RolesConfig:
     memory_example_max_chars: int = 2_000  # each past environment from memory is cut to this (SPADE: 2000)
     hint_source_max_chars: int = 12_000  # environment source shown to the hint writer
     library_example: bool = True  # show one library environment in write mode
+    jax_subset_advice: bool = True  # tell the designer which Python subset the JAX backend transpiles (ours; the reference has no such line)
 
     def __post_init__(self):
         for name in ("edit_prob", "edit_from_memory_prob", "tune_prob"):
@@ -69,14 +70,23 @@ Rules:
 - Rewards lie in [0, 1]. The step that reaches the goal returns 1.0 with terminated=True. A loss ends the episode (terminated=True) with partial credit below 1.0 for the progress made (0.0 for none); other steps may return partial progress below 1.0. The reward of the step that ends the episode is the score. When the turn limit (at most 25 turns) runs out: reward 0.0, terminated=False, truncated=True.
 - Self-verifying: step() checks every answer itself against the hidden state, and solution() wins by that same check.
 - Robust to malformed actions: an action that is empty, has no \\boxed{...}, or holds an unknown or illegal command never raises; it uses up a turn, earns 0.0, and the observation says why and what is legal. Every path of step() returns the 5-tuple.
-- Before you reply, trace your program: solution() from reset(seed=0) must reach the goal, and two different action sequences must lead to different observations.
-Fast subset (preferred): state in ints, bools and fixed-length lists of ints; randomness only in reset; for loops over range(...) instead of while loops; no recursion, files, network or threads."""
+- Before you reply, trace your program: solution() from reset(seed=0) must reach the goal, and two different action sequences must lead to different observations."""
+# What the JAX backend transpiles (spade_jax.roles.RolesConfig.jax_subset_advice).
+JAX_SUBSET_ADVICE = (
+    "Fast subset (preferred): state in ints, bools and fixed-length lists of ints; randomness only in reset; "
+    "for loops over range(...) instead of while loops; no recursion, files, network or threads."
+)
 
 DESIGNER_SYSTEM = (
     "You design text games (reinforcement-learning environments) that train a reasoning agent. "
     "A good game is solvable, needs several steps of thinking, and is neither trivial nor hopeless.\n\n"
     + ENV_CONTRACT
 )
+
+
+def designer_system(cfg: RolesConfig) -> str:
+    """The designer's system turn: the contract, plus the JAX-subset advice when the config asks for it."""
+    return DESIGNER_SYSTEM + ("\n" + JAX_SUBSET_ADVICE if cfg.jax_subset_advice else "")
 
 HINT_SYSTEM = ("You write short hints for the player of a text game. You can read the game's code; the player sees "
                "only its observations.")
@@ -232,11 +242,11 @@ def designer_prompt(
             + ", different from the examples. " + REPLY_WITH_CODE
         )
     if document is not None:
-        used = len(DESIGNER_SYSTEM) + sum(len(s) + 2 for s in sections) + len(task)
+        used = len(designer_system(cfg)) + sum(len(s) + 2 for s in sections) + len(task)
         sections.insert(1, _document_section(document, used, cfg))
     sections.append(task)
     return [
-        {"role": "system", "content": DESIGNER_SYSTEM},
+        {"role": "system", "content": designer_system(cfg)},
         {"role": "user", "content": "\n\n".join(sections)},
     ]
 
@@ -276,7 +286,7 @@ def repair_prompt(source: str, errors: Sequence[str], cfg: RolesConfig = RolesCo
     """
     listed = "\n".join(f"- {e}" for e in errors) if errors else "- (no message)"
     return [
-        {"role": "system", "content": DESIGNER_SYSTEM},
+        {"role": "system", "content": designer_system(cfg)},
         {"role": "user", "content": (
             "This environment program failed validation:\n" + listed + "\n\n"
             + _code_block(source, cfg.max_prompt_chars // 2)

@@ -310,5 +310,6 @@ def clip_to_context(traj: Trajectory, config: RolloutConfig) -> None:
         traj.tokens, traj.loss_mask = traj.tokens[:keep], traj.loss_mask[:keep]
         traj.behaviour_logprobs = traj.behaviour_logprobs[:keep]
         traj.cut_by_context = True
-    if traj.truncated and not config.loss_on_truncated:
+    cut_by_env_error = traj.meta.get("env_error") is not None and not config.train_on_env_errors
+    if (traj.truncated and not config.loss_on_truncated) or cut_by_env_error:
         traj.loss_mask = [0] * len(traj.loss_mask)

@@ -455,8 +455,9 @@ class SelfPlay:
             if env.valid and env.source and env.origin.startswith("designer") and self.cfg.use_memory:
                 # SPADE's record: the raw regret and the share of no-hint plays with reward > 0, both
                 # measured at the regeneration step.
+                # A design without a hint has no regret measured: recorded as 0, as the reference does.
                 self.memory.add(EnvRecord(
-                    env.env_id, env.source, env.skill, env.regret, env.regen_positive_share, True,
+                    env.env_id, env.source, env.skill, _finite(env.regret) or 0.0, env.regen_positive_share, True,
                     self.iteration - self.cfg.regen_interval,
                 ))
         if self.plr is None:

@@ -55,8 +55,16 @@ def _memory():
 def test_contract_states_the_interface_precisely():
     for phrase in ("reset(self, seed=None) -> (observation: str, info: dict)", "terminated: bool, truncated: bool",
                    "\\boxed{...}", "returns 1.0 with terminated=True", "truncated=True", "25 turns", "solution(self)",
-                   "close(self)", "random.Random(seed)", "instead of while loops", "ends in `Env`"):
+                   "close(self)", "random.Random(seed)", "ends in `Env`"):
         assert phrase in ENV_CONTRACT, phrase
+
+
+def test_jax_subset_advice_is_ours_and_can_be_switched_off():
+    from spade_jax.roles import RolesConfig, designer_system
+
+    assert "instead of while loops" in designer_system(RolesConfig())
+    assert "instead of while loops" not in designer_system(RolesConfig(jax_subset_advice=False))
+    assert ENV_CONTRACT in designer_system(RolesConfig(jax_subset_advice=False))
 
 
 def test_contract_states_what_spade_asks_of_a_game():
