@@ -22,15 +22,10 @@ import numpy as np
 
 from spade_jax.curriculum import SKILLS, embedded_corpus
 from spade_jax.envs.library import library_programs
+from spade_jax.envs.constants import tunable_constants
 from spade_jax.envs.program import ProgramError, find_env_class
 from spade_jax.envs.validate import validate
-from spade_jax.roles import (
-    design_request,
-    designer_program,
-    parse_designer_output,
-    repair_prompt,
-    tunable_constants,
-)
+from spade_jax.roles import design_request, designer_program, parse_designer_output, repair_prompt
 
 MODE_CONFIGS = {  # each mode alone, cold start; the other roles settings come from --config
     "write": dict(edit_prob=0.0),

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spade_jax.envs.jaxenv import InProcessProgram, transpile
+from spade_jax.envs.backends.jax import InProcessProgram, transpile
 from spade_jax.envs.library import library_program
 
 
@@ -88,7 +88,7 @@ def main():
 
     sandbox = None
     try:
-        from spade_jax.envs.sandbox import SandboxPool
+        from spade_jax.envs.backends.sandbox import SandboxPool
 
         pool = SandboxPool()
         try:

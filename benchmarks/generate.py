@@ -49,7 +49,7 @@ import numpy as np  # noqa: E402
 from spade_jax.models.hf import export_hf  # noqa: E402
 from spade_jax.models.presets import get_preset, init_decoder  # noqa: E402
 from spade_jax.models.registry import EMBEDDED_GGUF, EMBEDDED_MODEL, embedded_gguf_path, load_model  # noqa: E402
-from spade_jax.sampling import Sampler, SamplingConfig, _bucket  # noqa: E402
+from spade_jax.sampling import Sampler, SamplingConfig, fit_bucket  # noqa: E402
 
 QUESTIONS = [
     "What is the capital of France?", "Name three primary colors.", "How many legs does a spider have?",
@@ -188,7 +188,7 @@ def decode_roofline(model, spec, batch, prompt_len, new_tokens, step_s, bandwidt
     leaves = jax.tree.leaves(model)
     param_bytes = sum(x.size * x.dtype.itemsize for x in leaves)
     itemsize = max(leaves, key=lambda x: x.size).dtype.itemsize
-    slots = _bucket(prompt_len, SamplingConfig().prompt_buckets, "prompt") + 64 * -(-new_tokens // 64)
+    slots = fit_bucket(prompt_len, SamplingConfig().prompt_buckets, "prompt") + 64 * -(-new_tokens // 64)
     kv_bytes = 2 * spec.num_layers * batch * slots * spec.num_kv_heads * spec.head_dim * itemsize
     matmul_params = sum(x.size for x in leaves if x.ndim >= 2)  # dense models: every expert counts
     if not spec.tie_embeddings:  # the input embedding is a gather, not a matmul

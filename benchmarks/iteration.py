@@ -24,7 +24,7 @@ PHASES = ("designer", "validation", "hints", "plays", "update")
 
 def run_once(config_name: str, overrides: list[str], out: Path) -> dict:
     from spade_jax.config import load_config  # noqa: PLC0415
-    from spade_jax.logging import read_metrics  # noqa: PLC0415
+    from spade_jax.run import read_metrics  # noqa: PLC0415
 
     from experiments.run import run  # noqa: PLC0415
 

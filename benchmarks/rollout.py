@@ -19,7 +19,7 @@ import time
 import jax
 
 from spade_jax import roles
-from spade_jax.envs.jaxenv import transpile
+from spade_jax.envs.backends.jax import transpile
 from spade_jax.envs.library import library_program
 from spade_jax.rollout import Generation, RolloutConfig, play_episodes
 from spade_jax.rollout_device import DeviceRollout

@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spade_jax.envs.sandbox import SandboxConfig, SandboxPool, detect_isolation  # noqa: E402
+from spade_jax.envs.backends.sandbox import SandboxConfig, SandboxPool, detect_isolation  # noqa: E402
 from spade_jax.envs.validate import ValidationConfig, validate  # noqa: E402
 
 PROGRAM = (ROOT / "tests" / "envs" / "corpus" / "good" / "guess_number.py").read_text()

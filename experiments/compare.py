@@ -38,6 +38,7 @@ def main(argv=None) -> int:
     from spade_jax import evaluation  # noqa: PLC0415
     from spade_jax.config import ConfigError, load_config  # noqa: PLC0415
     from spade_jax.models.registry import load_model  # noqa: PLC0415
+    from spade_jax.rollout import AGENT_SYSTEM  # noqa: PLC0415
     from spade_jax.sampling import SamplingConfig  # noqa: PLC0415
 
     from experiments.eval import load_run  # noqa: PLC0415
@@ -87,7 +88,7 @@ def main(argv=None) -> int:
                                   stop_strings=config.agent_sampling.stop_strings)
         policy = evaluation.model_policy(loaded.model, loaded.tokenizer, sampling, seed=args.seed,
                                          reply_prefix=config.rollout.reply_prefix)
-        report = evaluation.evaluate(policy, suite, seed=0, batch_size=args.batch_size)
+        report = evaluation.evaluate(policy, suite, seed=0, batch_size=args.batch_size, system_prompt=AGENT_SYSTEM)
         summary = report.to_dict()
         summary.pop("episodes", None)
         train_s = 0.0 if config_name is None else train_seconds(out / config_name, args.iterations)
@@ -106,7 +107,7 @@ def main(argv=None) -> int:
 
 def finished_iterations(run_dir: Path) -> int | None:
     """The iteration of the run's latest checkpoint, or None when it has none."""
-    from spade_jax.checkpoint import Checkpointer  # noqa: PLC0415
+    from spade_jax.run.checkpoint import Checkpointer  # noqa: PLC0415
 
     if not (run_dir / "checkpoints").is_dir():
         return None
@@ -120,7 +121,7 @@ def finished_iterations(run_dir: Path) -> int | None:
 def train_seconds(run_dir: Path, iterations: int) -> float:
     """Wall time of the run's first `iterations` iterations, from its metrics.jsonl. Each record's
     `wall_s` counts from its process's start, so a resumed run's clock starts again from 0."""
-    from spade_jax.logging import read_metrics  # noqa: PLC0415
+    from spade_jax.run import read_metrics  # noqa: PLC0415
 
     total = previous = 0.0
     for record in read_metrics(run_dir):

@@ -65,11 +65,11 @@ def load_run(run_dir: str | Path) -> tuple[Any, dict]:
     the model the sampler reads."""
     import jax.numpy as jnp
 
-    from spade_jax.checkpoint import CheckpointError, Checkpointer
     from spade_jax.config import ConfigError, from_dict
     from spade_jax.models.registry import load_model
     from spade_jax.rl.config import RLConfig
     from spade_jax.rl.train import make_train_step
+    from spade_jax.run.checkpoint import CheckpointError, Checkpointer
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -137,7 +137,7 @@ def _load_policy(args: argparse.Namespace) -> tuple[Any, dict]:
 
 def _run_duplicates(run_dir: Path, suite: evaluation.EvalSuite) -> list[dict]:
     """Flags for the run's archived programs (envs/index.jsonl), if it has any."""
-    from spade_jax.logging import EnvArchive
+    from spade_jax.run import EnvArchive
 
     if not (run_dir / "envs" / "index.jsonl").is_file():
         return []
@@ -214,7 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from spade_jax.logging import setup_logging
+    from spade_jax.rollout import AGENT_SYSTEM
+    from spade_jax.run import setup_logging
 
     setup_logging(None, "WARNING")
     try:
@@ -238,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     report = evaluation.evaluate(
-        policy, suite, seed=args.seed, batch_size=args.batch_size, progress=not args.no_progress
+        policy, suite, seed=args.seed, batch_size=args.batch_size, progress=not args.no_progress,
+        system_prompt=AGENT_SYSTEM,
     )
     result = {"source": source, **report.to_dict()}
     print(report.format_table())

@@ -47,13 +47,13 @@ def _run_locked(config, run_dir) -> None:
     import jax  # noqa: PLC0415 (heavy imports after argument errors are reported)
     import jax.numpy as jnp  # noqa: PLC0415
 
-    from spade_jax.checkpoint import Checkpointer  # noqa: PLC0415
     from spade_jax.config import to_dict  # noqa: PLC0415
-    from spade_jax.envs.sandbox import SandboxPool  # noqa: PLC0415
-    from spade_jax.logging import PhaseTimer, RunLogger, setup_logging  # noqa: PLC0415
+    from spade_jax.envs.backends.sandbox import SandboxPool  # noqa: PLC0415
     from spade_jax.mesh import make_mesh  # noqa: PLC0415
     from spade_jax.models.registry import load_model  # noqa: PLC0415
     from spade_jax.policy import Learner, Policy  # noqa: PLC0415
+    from spade_jax.run import PhaseTimer, RunLogger, setup_logging  # noqa: PLC0415
+    from spade_jax.run.checkpoint import Checkpointer  # noqa: PLC0415
     from spade_jax.selfplay import SelfPlay  # noqa: PLC0415
 
     out, resume = run_dir.out, run_dir.resume
@@ -167,10 +167,10 @@ def _interrupted_message(out: Path) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from spade_jax.checkpoint import CheckpointError  # noqa: PLC0415
     from spade_jax.config import ConfigError, load_config  # noqa: PLC0415
     from spade_jax.rl.train import TrainingDiverged  # noqa: PLC0415
     from spade_jax.run import RunDirError, RunDirLocked, check_writable  # noqa: PLC0415
+    from spade_jax.run.checkpoint import CheckpointError  # noqa: PLC0415
     from spade_jax.selfplay import AllPlaysFailed  # noqa: PLC0415
 
     if args.resume and not args.out:

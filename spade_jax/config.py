@@ -16,36 +16,25 @@ from typing import Any
 
 import yaml
 
+# Sections live with the code they configure (each checks its knobs with spade_jax.knobs).
+from spade_jax.curriculum import CurriculumConfig
+from spade_jax.curriculum.corpus import CorpusConfig
+from spade_jax.envs.backends import BACKEND_CHOICES
+from spade_jax.envs.backends.sandbox import SandboxConfig
+from spade_jax.envs.validate import ValidationConfig
+from spade_jax.knobs import ConfigError, choice, in_range, positive
+from spade_jax.knobs import finite as _finite
+from spade_jax.mesh import MeshConfig
+from spade_jax.rl.config import RLConfig
+from spade_jax.roles import RolesConfig
+from spade_jax.rollout import RolloutConfig
+from spade_jax.sampling import SamplingConfig
+
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "experiments" / "configs"
 
 
 log = logging.getLogger("spade_jax.config")
 
-
-class ConfigError(ValueError):
-    """A user-caused config problem; its message is one line naming the key and the fix."""
-
-
-def choice(value: str, allowed: tuple[str, ...], key: str) -> None:
-    """Raises ConfigError unless value is one of allowed."""
-    if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is not allowed; choose one of {', '.join(allowed)}")
-
-
-def positive(value, key: str, *, allow_zero: bool = False) -> None:
-    """Raises ConfigError unless value is finite and > 0 (>= 0 with allow_zero)."""
-    if not _finite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(f"{key}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
-
-
-def in_range(value, low, high, key: str) -> None:
-    """Raises ConfigError unless low <= value <= high (NaN never is)."""
-    if not low <= value <= high:
-        raise ConfigError(f"{key}={value!r} must lie in [{low}, {high}]")
-
-
-def _finite(value) -> bool:
-    return not isinstance(value, float) or math.isfinite(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,18 +264,6 @@ class ModelConfig:
             positive(self.attn_chunk, "model.attn_chunk")
 
 
-# Sections live with the code they configure; imported here, after the machinery above, so that a
-# section module may itself import this one.
-from spade_jax.curriculum import CurriculumConfig  # noqa: E402
-from spade_jax.curriculum.corpus import CorpusConfig  # noqa: E402
-from spade_jax.envs.sandbox import SandboxConfig  # noqa: E402
-from spade_jax.envs.validate import ValidationConfig  # noqa: E402
-from spade_jax.mesh import MeshConfig  # noqa: E402
-from spade_jax.rl.config import RLConfig  # noqa: E402
-from spade_jax.roles import RolesConfig  # noqa: E402
-from spade_jax.rollout import RolloutConfig  # noqa: E402
-from spade_jax.sampling import SamplingConfig  # noqa: E402
-
 field = dataclasses.field
 
 
@@ -336,7 +313,7 @@ class Config:
 
     def __post_init__(self):
         choice(self.mode, MODES, "mode")
-        choice(self.backend, ("auto", "jax", "sandbox"), "backend")
+        choice(self.backend, BACKEND_CHOICES, "backend")
         choice(self.play_loop, ("host", "device"), "play_loop")
         if self.play_loop == "device" and self.rollout.reply_prefix:
             raise ConfigError("rollout.reply_prefix needs play_loop=host (the device loop reads whole replies)")

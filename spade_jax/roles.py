@@ -11,6 +11,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from spade_jax.curriculum.corpus import Document, truncate_text
+from spade_jax.envs.constants import apply_tuning, constant_lines
+from spade_jax.envs.program import strip_thinking
+from spade_jax.rollout import AGENT_SYSTEM, with_hint  # the agent's turn format lives with the episodes
 
 Messages = list[dict[str, str]]
 
@@ -91,10 +94,6 @@ def designer_system(cfg: RolesConfig) -> str:
 HINT_SYSTEM = ("You write short hints for the player of a text game. You can read the game's code; the player sees "
                "only its observations.")
 
-AGENT_SYSTEM = (
-    "You are playing a text game. Each turn, think briefly about the state, then end your reply "
-    "with exactly one action written as \\boxed{...}."
-)
 
 REPLY_WITH_CODE = "Reply with one ```python block that holds the whole program, and nothing after it."
 
@@ -251,10 +250,6 @@ def designer_prompt(
     ]
 
 
-def _strip_thinking(text: str) -> str:
-    return re.sub(r"<think>.*?(</think>|\Z)", "", text, flags=re.DOTALL)
-
-
 def _extract_code_fallback(text: str) -> str:
     """Used only when spade_jax.envs.program is unavailable: last ```python block, else last block."""
     blocks = re.findall(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)(?:```|\Z)", text, flags=re.DOTALL)
@@ -267,7 +262,7 @@ def _extract_code_fallback(text: str) -> str:
 
 def parse_designer_output(text: str) -> str:
     """The program in the designer's reply ('' when there is none; validation then reports it)."""
-    text = _strip_thinking(text)
+    text = strip_thinking(text)
     try:
         from spade_jax.envs.program import ProgramError, extract_code
     except ImportError:
@@ -310,189 +305,13 @@ NO_CHANGE_ERROR = (
     "(reply with lines like `NAME = value` for the listed constants)"
 )
 
-_CONSTANT_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
-# The episode's turn cap bounds the game, not its difficulty, and tunes that raised it were past
-# validation's turn limit in 5 of 19 failed tunes measured: it is left out of tuning.
-UNTUNABLE = frozenset({"MAX_TURNS"})
-_ASSIGNMENT_LINE = re.compile(r"(?<![\w.])([A-Z][A-Z0-9_]*)\s*(?::\s*[A-Za-z_][\w.\[\],]*)?\s*=(?!=)\s*(.*)")
-_FENCE = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _TUNE_LIST_MAX = 12  # constants listed in a tune prompt
 _TUNE_VALUE_MAX_CHARS = 160  # longer values (big tables) are not offered for tuning
 
 
-def _constant_nodes(tree: ast.Module) -> dict[str, ast.expr]:
-    """Value nodes of the UPPERCASE literal assignments at module level and in top-level classes,
-    UNTUNABLE names excepted. A name assigned more than once there is left out: which one to
-    rewrite would be a guess."""
-    found: dict[str, list[ast.expr]] = {}
-    bodies = [tree.body] + [node.body for node in tree.body if isinstance(node, ast.ClassDef)]
-    for body in bodies:
-        for node in body:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                target, value = node.targets[0], node.value
-            elif isinstance(node, ast.AnnAssign) and node.value is not None:
-                target, value = node.target, node.value
-            else:
-                continue
-            if isinstance(target, ast.Name) and _CONSTANT_NAME.match(target.id) and target.id not in UNTUNABLE:
-                found.setdefault(target.id, []).append(value)
-    nodes = {}
-    for name, values in found.items():
-        if len(values) != 1:
-            continue
-        try:
-            ast.literal_eval(values[0])
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            continue
-        nodes[name] = values[0]
-    return nodes
-
-
-def tunable_constants(source: str) -> dict[str, Any]:
-    """The program's tunable constants in source order: UPPERCASE names assigned once, at module level
-    or in a top-level class body, to a Python literal ({} when the source does not parse)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return {}
-    return {name: ast.literal_eval(node) for name, node in _constant_nodes(tree).items()}
-
-
-def _fits(old: Any, new: Any) -> bool:
-    """Whether `new` may replace `old`: the same type (a float also takes an int), and in a container
-    whose items share one type, items of that type."""
-    if isinstance(old, float) and type(new) is int:
-        return True
-    if type(old) is not type(new):
-        return False
-    if isinstance(old, dict):
-        return _fits_items(list(old), list(new)) and _fits_items(list(old.values()), list(new.values()))
-    if isinstance(old, (list, tuple, set, frozenset)):
-        return _fits_items(list(old), list(new))
-    return True
-
-
-def _fits_items(old: list, new: list) -> bool:
-    if not old or len({type(x) for x in old}) != 1:
-        return True  # an empty or mixed container says nothing about its items
-    return all(_fits(old[0], x) for x in new)
-
-
-def _literal_prefix(text: str) -> tuple[bool, Any]:
-    """The longest prefix of `text` that is a Python literal (a value followed by a comment, a
-    closing backtick or prose); (False, None) when none is."""
-    text = text.strip()[:500]
-    cuts = [len(text)] + [i for i in range(len(text) - 1, 0, -1) if text[i] in " \t#,;`"]
-    for cut in cuts:
-        piece = text[:cut].strip().rstrip("`,;").strip()  # `5, because ...` is 5, not the tuple (5,)
-        if not piece:
-            continue
-        try:
-            return True, ast.literal_eval(piece)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            continue
-    return False, None
-
-
-def _segments(text: str) -> list[tuple[bool, str]]:
-    """The reply cut into (is_code, text) pieces in order: fenced blocks and the prose around them."""
-    pieces, at = [], 0
-    for match in _FENCE.finditer(text):
-        pieces.append((False, text[at:match.start()]))
-        pieces.append((True, match.group(1)))
-        at = match.end()
-    pieces.append((False, text[at:]))
-    return [(code, piece) for code, piece in pieces if piece.strip()]
-
-
-def parse_tuning(reply_text: str) -> dict[str, Any]:
-    """Every `NAME = literal` assignment in a tune reply, in order, the last one of a name winning.
-    A code block that parses is read with `ast` (multi-line values work); other text line by line."""
-    assignments: dict[str, Any] = {}
-
-    def put(name: str, value: Any) -> None:
-        assignments.pop(name, None)  # re-insert so the order is that of the last assignment
-        assignments[name] = value
-
-    for is_code, piece in _segments(_strip_thinking(reply_text)):
-        tree = None
-        if is_code:
-            try:
-                tree = ast.parse(piece)
-            except (SyntaxError, ValueError):
-                tree = None
-        if tree is not None:
-            nodes = [n for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None]
-            for node in sorted(nodes, key=lambda n: (n.lineno, n.col_offset)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                try:
-                    value = ast.literal_eval(node.value)
-                except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-                    continue
-                for target in targets:
-                    if isinstance(target, ast.Name) and _CONSTANT_NAME.match(target.id):
-                        put(target.id, value)
-            continue
-        for line in piece.splitlines():
-            match = _ASSIGNMENT_LINE.search(line)
-            if match:
-                ok, value = _literal_prefix(match.group(2))
-                if ok:
-                    put(match.group(1), value)
-    return assignments
-
-
-def _value_text(old: Any, new: Any) -> str:
-    return repr(float(new) if isinstance(old, float) else new)
-
-
-def apply_tuning(base_source: str, reply_text: str) -> str:
-    """The base program with the reply's assignments written over its tunable constants.
-
-    Only the value of each assignment is replaced (by its span in the ast), so indentation, the
-    annotation, inline comments and every other line stay as they were. Unknown names, non-literal
-    values, values of another type and values equal to the current one are ignored; when nothing is
-    left the base source comes back unchanged (`designer_program` then rejects it as no change).
-    """
-    try:
-        tree = ast.parse(base_source)
-    except (SyntaxError, ValueError):
-        return base_source
-    nodes = _constant_nodes(tree)
-    edits = []  # (value node, new value text)
-    for name, new in parse_tuning(reply_text).items():
-        node = nodes.get(name)
-        if node is None:
-            continue
-        old = ast.literal_eval(node)
-        if _fits(old, new) and not (type(old) is type(new) and old == new):
-            edits.append((node, _value_text(old, new)))
-    if not edits:
-        return base_source
-    # ast columns count UTF-8 bytes: cut the byte form of each line.
-    lines = [line.encode("utf-8") for line in base_source.splitlines(keepends=True)]
-    for node, text in sorted(edits, key=lambda e: (e[0].lineno, e[0].col_offset), reverse=True):
-        head = lines[node.lineno - 1][: node.col_offset]
-        tail = lines[node.end_lineno - 1][node.end_col_offset :]
-        lines[node.lineno - 1 : node.end_lineno] = [head + text.encode("utf-8") + tail]
-    return b"".join(lines).decode("utf-8")
-
-
 def _constant_lines(source: str) -> list[str]:
     """`NAME = value  # comment` for the constants a tune prompt offers (short values only)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return []
-    raw = source.splitlines()
-    lines = []
-    for name, node in _constant_nodes(tree).items():
-        text = repr(ast.literal_eval(node))
-        if len(text) > _TUNE_VALUE_MAX_CHARS:
-            continue
-        rest = raw[node.end_lineno - 1].encode("utf-8")[node.end_col_offset :].decode("utf-8", "replace").strip()
-        lines.append(f"{name} = {text}" + (f"  {rest}" if rest.startswith("#") else ""))
-    return lines[:_TUNE_LIST_MAX]
+    return constant_lines(source, _TUNE_VALUE_MAX_CHARS)[:_TUNE_LIST_MAX]
 
 
 # The one demonstration in every tune prompt: a made-up game whose changed names (RANGE, TRIES) no
@@ -721,7 +540,7 @@ def parse_hint(text: str, max_sentences: int = 3, solution: Any = None, max_word
     """The hint in the hint writer's reply: at most `max_sentences` sentences and `max_words` words
     (a first sentence longer than that is cut), without sentences that leak the answer (a \\boxed
     command, 'the answer is 42', or the whole known solution)."""
-    text = _strip_thinking(text).strip()
+    text = strip_thinking(text).strip()
     text = re.sub(r"^\s*(\*\*)?hint(\*\*)?\s*:\s*", "", text, flags=re.IGNORECASE)
     text = re.sub(r"```.*?(```|\Z)", " ", text, flags=re.DOTALL)  # code is never a hint
     tokens = _solution_tokens(solution)
@@ -747,11 +566,6 @@ def parse_hint(text: str, max_sentences: int = 3, solution: Any = None, max_word
 # ---------------------------------------------------------------------------------------------
 # Agent
 # ---------------------------------------------------------------------------------------------
-
-
-def with_hint(observation: str, hint: str | None) -> str:
-    """The first observation of the hinted arm: the hint appended after the observation."""
-    return observation if not hint else f"{observation}\n\nHint: {hint}"
 
 
 def agent_messages(observation: str, hint: str | None = None) -> Messages:

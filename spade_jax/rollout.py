@@ -12,6 +12,7 @@ import math
 from typing import Any, Callable, Protocol, Sequence
 
 from spade_jax.envs.api import episode_reward, extract_boxed
+from spade_jax.knobs import choice, in_range, positive
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,7 +20,7 @@ class RolloutConfig:
     max_turns: int = 25  # SPADE's turn limit per episode
     max_context_tokens: int = 4096  # an episode whose tokens would pass this is cut (truncated)
     loss_on_truncated: bool = False  # SPADE: trajectories cut by the turn limit carry no loss
-    system_prompt: str | None = None  # the agent's system turn (self-play: None is roles.AGENT_SYSTEM, "" none)
+    system_prompt: str | None = None  # the agent's system turn (self-play and evaluation: None is AGENT_SYSTEM below, "" none)
     # Text every agent reply starts with, forced rather than sampled (prompt side: no loss, no
     # logprob). "\\boxed{" with the stop string "}" makes a small model answer in the action format.
     reply_prefix: str = ""
@@ -33,20 +34,25 @@ class RolloutConfig:
     end_on_cut_reply: bool = False  # SPADE: a reply cut by max_new_tokens (no EOS or stop string) ends the episode, truncated
 
     def __post_init__(self):
-        from spade_jax.config import positive  # noqa: PLC0415
-
         positive(self.max_turns, "rollout.max_turns")
         positive(self.max_context_tokens, "rollout.max_context_tokens")
         positive(self.step_workers, "rollout.step_workers")
-        from spade_jax.config import in_range  # noqa: PLC0415
-
         in_range(self.env_error_reward, -1.0, 1.0, "rollout.env_error_reward")  # NaN is refused too
-        from spade_jax.config import choice  # noqa: PLC0415
-
         choice(self.action, ACTION_MODES, "rollout.action")
 
 
 ACTION_MODES = ("first_boxed", "reply")
+
+# The agent's system turn in self-play and evaluation (rollout.system_prompt None selects it there).
+AGENT_SYSTEM = (
+    "You are playing a text game. Each turn, think briefly about the state, then end your reply "
+    "with exactly one action written as \\boxed{...}."
+)
+
+
+def with_hint(observation: str, hint: str | None) -> str:
+    """The first observation of the hinted arm: the hint appended after the observation."""
+    return observation if not hint else f"{observation}\n\nHint: {hint}"
 
 
 def agent_action(reply: str, mode: str) -> str:
@@ -166,7 +172,7 @@ ENV_ERROR_KINDS = ("exception", "timeout", "sandbox_died")
 
 def classify_env_error(err: BaseException) -> str:
     """One of ENV_ERROR_KINDS for an exception raised by an environment's reset or step."""
-    from spade_jax.envs.sandbox import EnvCrashed, EnvError, EnvTimeout, SandboxError  # noqa: PLC0415
+    from spade_jax.envs.backends.sandbox import EnvCrashed, EnvError, EnvTimeout, SandboxError  # noqa: PLC0415
 
     if isinstance(err, (EnvTimeout, TimeoutError)):
         return "timeout"
@@ -220,7 +226,7 @@ def play_episodes(
     hints = list(hints) if hints is not None else [None] * n
     groups = list(groups) if groups is not None else list(range(n))
     if format_observation is None:
-        from spade_jax.roles import with_hint as format_observation  # noqa: PLC0415
+        format_observation = with_hint
 
     trajectories: list[Trajectory] = []
     streams: list[ChatStream] = []

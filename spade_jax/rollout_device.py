@@ -38,8 +38,9 @@ import numpy as np
 from flax import nnx
 
 from spade_jax.models.decoder import packed_weights, rope_tables
-from spade_jax.rollout import RolloutConfig, Trajectory, agent_action, clip_to_context
-from spade_jax.sampling import PACKED_WEIGHTS, SamplingConfig, _choose, _knobs, _Mode, cpu_kernel_applies
+from spade_jax.models.tokenizer import BYTE_OF_CHAR
+from spade_jax.rollout import RolloutConfig, Trajectory, agent_action, clip_to_context, with_hint
+from spade_jax.sampling import PACKED_WEIGHTS, SamplingConfig, SamplingMode, choose, cpu_kernel_applies, sampling_knobs
 
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")  # the library's action idiom: the last \boxed{...}
 _OPEN = b"\\boxed{"
@@ -111,24 +112,11 @@ class ChatGlue:
 # Reply text -> action id on device.
 
 
-def _gpt2_byte_of_char() -> dict[str, int]:
-    """Byte-level BPE's printable stand-in character for each byte, inverted."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[chr(b)] = b
-        else:
-            chars[chr(256 + extra)] = b
-            extra += 1
-    return chars
-
-
 def token_byte_table(tokenizer, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
     """(bytes [V, width] int32 padded with -1, lengths [V]): what each id adds to
     `decode(ids, skip_special_tokens=True)` before UTF-8 decoding (special and unknown ids add nothing)."""
     hf = tokenizer.hf
-    byte_of = _gpt2_byte_of_char()
+    byte_of = BYTE_OF_CHAR
     added = {int(i): tok for i, tok in hf.added_tokens_decoder.items()}
     special = set(int(i) for i in hf.all_special_ids) | {i for i, tok in added.items() if tok.special}
     known = len(hf)
@@ -303,15 +291,15 @@ _INT_CHARS = 11  # sign and 10 digits cover int32
 class ObservationTokens:
     """Observation record -> (tokens [max_tokens], length), for one template kind (0 reset, 1 step).
 
-    Same contract as jaxenv's TokenRenderer (each fragment tokenized on its own, numbers one token per
-    character), built for compile time: every fragment is one row of a few vectorised tables (literal
-    tokens and every table string in one static pool, all integers rendered at once), so the program
-    size does not grow with the number of fragments; jaxenv's renderer compiles per fragment, which
-    took most of a minute for one library environment on XLA:CPU. Floats use jaxenv's renderer.
+    Same contract as the JAX backend's TokenRenderer (each fragment tokenized on its own, numbers one
+    token per character), built for compile time: every fragment is one row of a few vectorised
+    tables (literal tokens and every table string in one static pool, all integers rendered at once),
+    so the program size does not grow with the number of fragments; that renderer compiles per
+    fragment, which took most of a minute for one library environment on XLA:CPU. Floats use it.
     """
 
     def __init__(self, env, tokenizer, kind: int, max_tokens: int | None = None):
-        from spade_jax.envs.jaxenv.ir import FCat, FFloat, FInt, FLit, FSel, FStr  # noqa: PLC0415
+        from spade_jax.envs.backends.jax.ir import FCat, FFloat, FInt, FLit, FSel, FStr  # noqa: PLC0415
 
         def encode(text):
             return [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]
@@ -516,7 +504,7 @@ class DeviceRollout:
     size or hint width compiles a new program.
 
     Options: observation_tokens (default: the environment's longest possible observation; a longer
-    one raises), hint_prefix (hint -> text appended to the first observation; default roles.with_hint),
+    one raises), hint_prefix (hint -> text appended to the first observation; default rollout.with_hint),
     max_slots (cap on cache slots; episodes still playing when it runs out end truncated and
     cut_by_context), chunk_block (observation append block), cache_windows (compiled attention
     windows; 1 for the fastest compile), compiler_options (passed to jax.jit).
@@ -550,9 +538,7 @@ class DeviceRollout:
         # One token more than kept, so that an observation past the width is detected, never cut silently.
         self.renderers = [ObservationTokens(env, tokenizer, kind, self.obs_width + 1) for kind in (0, 1)]
         if hint_prefix is None:
-            from spade_jax.roles import with_hint  # noqa: PLC0415
-
-            hint_prefix = lambda hint: with_hint("", hint)  # noqa: E731 (roles.with_hint appends the hint)
+            hint_prefix = lambda hint: with_hint("", hint)  # noqa: E731 (with_hint appends the hint)
         self.hint_text = hint_prefix
         self.actions = ActionMap(env, tokenizer, spec.vocab_size, first=rollout.action == "first_boxed")
         g = self.glue
@@ -612,7 +598,7 @@ class DeviceRollout:
         turns, reply_w, chunk_w = self.rollout.max_turns, self.reply_width, self.chunk_width
         block = self.chunk_block
         blocks = -(-chunk_w // block)
-        mode = _Mode.of(self.sampling)
+        mode = SamplingMode.of(self.sampling)
         env_params = env.default_params
         def render(records, kind):
             tokens, length = jax.vmap(self.renderers[kind])(records)
@@ -686,7 +672,7 @@ class DeviceRollout:
             # The RoPE tables of each step's position ride in the carry (see Sampler's decode loop).
             def body(c):
                 step, logits, cache, n_real, rope, toks, lps, count, stopped = c
-                token, logp, _ = _choose(logits, turn_key, step, row_ids, mode, knobs)
+                token, logp, _ = choose(logits, turn_key, step, row_ids, mode, knobs)
                 emit = ~stopped
                 toks = toks.at[:, step].set(jnp.where(emit, token, 0))
                 lps = lps.at[:, step].set(jnp.where(emit, logp, 0.0))
@@ -800,7 +786,7 @@ class DeviceRollout:
             params, head = PACKED_WEIGHTS.get(graphdef, params)
         out = run(graphdef, params, head, self.actions.device_tables(), jnp.asarray(reset_keys),
                   jnp.asarray(hint_tokens), jnp.asarray([len(h) for h in hint_ids], jnp.int32), jnp.ones((n,), bool),
-                  key, _knobs(self.sampling), jnp.int32(self.rollout.max_context_tokens), slots=slots, packed=packed)
+                  key, sampling_knobs(self.sampling), jnp.int32(self.rollout.max_context_tokens), slots=slots, packed=packed)
         out = jax.device_get(out)
         if out["overflow"].any():
             raise ValueError(f"an observation rendered to more than observation_tokens={self.obs_width} tokens; "
@@ -875,7 +861,7 @@ def play_episodes_device(
     key: jax.Array | int = 0, *, hints: Sequence[str | None] | None = None,
     groups: Sequence[Any] | None = None, **options,
 ) -> list[Trajectory]:
-    """Plays one episode per seed of a transpiled environment (`jaxenv.transpile`) inside one compiled
+    """Plays one episode per seed of a device environment (`Runnable.device_env`) inside one compiled
     loop; same trajectories as `rollout.play_episodes` over `env.text_env()` instances. `options` go to
     `DeviceRollout` (observation_tokens, hint_prefix, max_slots, chunk_block, cache_windows,
     compiler_options)."""

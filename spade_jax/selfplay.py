@@ -1,7 +1,7 @@
 """One SPADE iteration composed from the parts: design, validate, hint, play, score, update.
 
 Owns the order of the phases and the trainer state carried between iterations; every mechanism it
-calls lives in its own module (roles, envs, rollout, rl, curriculum, checkpoint, logging).
+calls lives in its own module (roles, envs, rollout, rl, curriculum, run).
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from spade_jax.curriculum import DESIGNER_SCORES, EnvMemory, EnvRecord, ScoreInp
 from spade_jax.curriculum import designer_scores, plr, skills_for_regeneration
 from spade_jax.curriculum.corpus import load_corpus
 from spade_jax.envs.api import extract_boxed
-from spade_jax.envs.compile import compile_env
+from spade_jax.envs.backends import compile_env
 from spade_jax.envs.program import ProgramError
 from spade_jax.envs.validate import validate
 from spade_jax.rl.advantages import get_advantage_estimator
 from spade_jax.rl.batch import AGENT, DESIGNER
 from spade_jax.rl.collate import Sample
-from spade_jax.rollout import ENV_ERROR_KINDS, Generation, play_episodes
+from spade_jax.rollout import AGENT_SYSTEM, ENV_ERROR_KINDS, Generation, play_episodes, with_hint
 from spade_jax.rollout_device import play_episodes_device
 
 log = logging.getLogger("spade_jax.selfplay")
@@ -93,16 +93,16 @@ class SelfPlay:
 
     def __init__(self, config, policy, learner, archive, timer):
         self.cfg, self.policy, self.learner = config, policy, learner
-        self.archive, self.timer = archive, timer  # logging.EnvArchive and logging.PhaseTimer
+        self.archive, self.timer = archive, timer  # run.EnvArchive and run.PhaseTimer
         self.rng = np.random.default_rng(config.seed)
         rollout = config.rollout
         if rollout.system_prompt is None:  # the agent's own prompt unless the config gives one
-            rollout = dataclasses.replace(rollout, system_prompt=roles.AGENT_SYSTEM)
+            rollout = dataclasses.replace(rollout, system_prompt=AGENT_SYSTEM)
         self.rollout = rollout
         self.memory = EnvMemory.from_config(config.curriculum)
         self.corpus = load_corpus(config.corpus)
         self.pool: list[PoolEnv] = []
-        self._compiled: dict = {}  # source sha256 -> envs.compile.CompiledEnv
+        self._compiled: dict = {}  # source sha256 -> envs.backends.Runnable
         c = config.curriculum
         self.plr = plr.plr_init(c.plr_capacity) if c.plr else None  # replay buffer (beyond SPADE)
         self.plr_levels: list[dict] = []  # PLR level id -> {"source", "skill"}
@@ -203,17 +203,18 @@ class SelfPlay:
         return out
 
     def check(self, env: PoolEnv) -> PoolEnv:
-        """Validates the program in the sandbox, then picks its backend (JAX where it fits and matches
-        the program step for step, else the sandbox) and records both."""
+        """Validates the program, then picks its backend (`config.backend`; auto: the first that admits
+        the program, e.g. JAX where it fits and matches the program step for step, else the sandbox)
+        and records both."""
         if not env.source:
             env.valid, env.errors = False, ["no Python code block found in the designer's reply"]
             return env
-        verdict = validate(env.source, config=self.cfg.validation, pool=self.learner.sandbox, backend="sandbox")
+        verdict = validate(env.source, config=self.cfg.validation, pool=self.learner.sandbox, backend=None)
         env.valid, env.errors = verdict.valid, list(verdict.errors)
         if env.valid:
             try:
                 env.backend = self.compiled(env).backend
-            except (ProgramError, ValueError) as err:  # backend="jax" asked for a program outside the subset
+            except (ProgramError, ValueError) as err:  # the backend named in the config cannot run it
                 env.valid, env.errors = False, [str(err)]
         return env
 
@@ -286,7 +287,7 @@ class SelfPlay:
                     instances, [seed for _, _, seed in chunk], self._agent_generate, self.policy.tokenizer,
                     self.rollout, hints=[env.hint if arm == "hint" else None for env, arm, _ in chunk],
                     groups=[(env.env_id, arm) for env, arm, _ in chunk],
-                    format_observation=roles.with_hint,
+                    format_observation=with_hint,
                 )
             finally:
                 for instance in instances:
@@ -336,8 +337,9 @@ class SelfPlay:
             )
 
     def _play_on_device(self, jobs):
-        """Plays the jobs of JAX-backend environments in the compiled device loop, one call per
-        environment; returns their trajectories and the jobs left for the host loop."""
+        """Plays the jobs of environments whose backend gives a device environment in the compiled
+        device loop, one call per environment; returns their trajectories and the jobs left for the
+        host loop."""
         by_env: dict = {}
         rest = []
         for job in jobs:
@@ -345,14 +347,14 @@ class SelfPlay:
                 compiled = self.compiled(job[0])
             except (ProgramError, ValueError, RuntimeError, OSError):
                 compiled = None  # the host loop reports the error in the trajectory
-            if compiled is not None and compiled.backend == "jax":
+            if compiled is not None and compiled.device_env is not None:
                 by_env.setdefault(job[0].env_id, (compiled, []))[1].append(job)
             else:
                 rest.append(job)
         trajectories = []
         for compiled, env_jobs in by_env.values():
             trajectories += play_episodes_device(
-                compiled.transpiled, [seed for _, _, seed in env_jobs], self.policy.model, self.policy.tokenizer,
+                compiled.device_env, [seed for _, _, seed in env_jobs], self.policy.model, self.policy.tokenizer,
                 self.cfg.agent_sampling, self.rollout, self._key("agent"),
                 hints=[env.hint if arm == "hint" else None for env, arm, _ in env_jobs],
                 groups=[(env.env_id, arm) for env, arm, _ in env_jobs],
@@ -360,8 +362,8 @@ class SelfPlay:
         return trajectories, rest
 
     def compiled(self, env: PoolEnv):
-        """The runnable form of a program, built once per distinct source (transpiling and the JAX
-        equivalence check are the expensive part of admitting an environment)."""
+        """The runnable form of a program, built once per distinct source (a backend's admission, such
+        as transpiling and the JAX equivalence check, is the expensive part of admitting an environment)."""
         key = hashlib.sha256(env.source.encode()).hexdigest()
         if key not in self._compiled:
             self._compiled[key] = compile_env(env.source, self.cfg.backend, pool=self.learner.sandbox)

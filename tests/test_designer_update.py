@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from spade_jax.config import load_config
-from spade_jax.logging import EnvArchive, PhaseTimer
 from spade_jax.models.registry import load_model
 from spade_jax.policy import Learner, Policy
 from spade_jax.rl.batch import DESIGNER
 from spade_jax.rollout import Trajectory
+from spade_jax.run import EnvArchive, PhaseTimer
 from spade_jax.selfplay import PoolEnv, SelfPlay
 
 pytestmark = pytest.mark.timeout(300)

@@ -138,7 +138,7 @@ def test_an_env_error_loses_the_episode_with_reward_minus_one_and_keeps_its_loss
 
 
 def test_env_errors_are_classified_by_kind():
-    from spade_jax.envs.sandbox import EnvCrashed, EnvError, EnvTimeout, SandboxError
+    from spade_jax.envs.backends.sandbox import EnvCrashed, EnvError, EnvTimeout, SandboxError
 
     assert classify_env_error(EnvTimeout("step() did not return")) == "timeout"
     assert classify_env_error(TimeoutError()) == "timeout"
@@ -179,7 +179,7 @@ def hostile_program(kind: str) -> str:
 
 @pytest.mark.timeout(60)
 def test_sandboxed_play_time_failures_are_told_apart(tokenizer):
-    from spade_jax.envs.sandbox import SandboxConfig, SandboxPool
+    from spade_jax.envs.backends.sandbox import SandboxConfig, SandboxPool
 
     with SandboxPool(SandboxConfig(call_timeout_s=1.0, workers=0)) as pool:
         envs = [pool.load(hostile_program(kind), "ZapEnv") for kind in HOSTILE]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from spade_jax import kernels, roles
-from spade_jax.envs.jaxenv import transpile
+from spade_jax.envs.backends.jax import transpile
 from spade_jax.envs.library import library_program
 from spade_jax.models.presets import get_preset, init_decoder
 from spade_jax.models.tokenizer import byte_tokenizer

@@ -7,10 +7,10 @@ import types
 import pytest
 
 from spade_jax.config import load_config
-from spade_jax.envs.sandbox import SandboxConfig, SandboxPool
-from spade_jax.logging import PhaseTimer
+from spade_jax.envs.backends.sandbox import SandboxConfig, SandboxPool
 from spade_jax.models.tokenizer import byte_tokenizer
 from spade_jax.rollout import Generation, Trajectory
+from spade_jax.run import PhaseTimer
 from spade_jax.selfplay import AllPlaysFailed, PoolEnv, SelfPlay, env_error_metrics
 
 pytestmark = pytest.mark.timeout(120)

@@ -9,7 +9,7 @@ import pytest
 
 from spade_jax.config import load_config
 from spade_jax.envs.library import library_program
-from spade_jax.envs.sandbox import SandboxPool
+from spade_jax.envs.backends.sandbox import SandboxPool
 from spade_jax.selfplay import PoolEnv, SelfPlay
 
 

@@ -8,6 +8,7 @@ import json
 import math
 import sys
 
+from spade_jax.envs.backends import BACKEND_CHOICES
 from spade_jax.envs.program import ProgramError, extract_code, find_env_class
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -57,7 +58,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _sandbox_config(args):
-    from spade_jax.envs.sandbox import SandboxConfig
+    from spade_jax.envs.backends.sandbox import SandboxConfig
 
     return SandboxConfig(
         workers=0,
@@ -69,7 +70,7 @@ def _sandbox_config(args):
 
 
 def cmd_check(args) -> int:
-    from spade_jax.envs.sandbox import SandboxError, SandboxPool, SandboxUnavailable
+    from spade_jax.envs.backends.sandbox import SandboxError, SandboxPool, SandboxUnavailable
     from spade_jax.envs.validate import ValidationConfig, validate
 
     source = _read_program(args.file, as_json=args.json)
@@ -109,7 +110,7 @@ def cmd_check(args) -> int:
 
 def cmd_play(args) -> int:
     from spade_jax.envs.api import episode_reward
-    from spade_jax.envs.sandbox import EnvError, SandboxPool, SandboxUnavailable
+    from spade_jax.envs.backends.sandbox import EnvError, SandboxPool, SandboxUnavailable
 
     source = _read_program(args.file)
     try:
@@ -178,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(check)
     check.add_argument("--json", action="store_true", help="print the verdict as one JSON line (last line)")
     check.add_argument("--timeout", type=float, default=60.0, help="validation budget in seconds (default 60)")
-    check.add_argument("--backend", choices=("auto", "jax", "sandbox"), default="auto",
+    check.add_argument("--backend", choices=BACKEND_CHOICES, default="auto",
                        help="backend to certify (default auto: JAX when the program fits, else sandbox)")
     check.set_defaults(run=cmd_check)
 

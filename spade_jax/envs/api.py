@@ -3,9 +3,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import random
+from collections.abc import Iterator
 from typing import Any, Callable, Protocol, runtime_checkable
+
+import numpy as np
 
 __all__ = [
     "TextEnv",
@@ -13,9 +18,9 @@ __all__ = [
     "extract_boxed",
     "episode_reward",
     "run_episode",
-    "make_gem_env",
-    "register_library_in_gem",
-    "gem_offline_ids",
+    "global_rng_state",
+    "set_global_rng_state",
+    "saved_global_rng",
 ]
 
 
@@ -140,24 +145,26 @@ def run_episode(
     )
 
 
-def make_gem_env(env_id: str, **kwargs: Any) -> TextEnv:
-    """A GEM environment (e.g. "game:GuessTheNumber-v0-easy", "rg:leg_counting", or one of
-    ours, "spade:GridMaze") behind our API, with its global-RNG use isolated per instance."""
-    from spade_jax.envs.gem_adapter import make_gem_env as _make
-
-    return _make(env_id, **kwargs)
+# GEM's reset(seed) reseeds Python's and numpy's process-wide generators, and some environments draw
+# from them every step: callers that must not see or cause that swap the state around the calls.
 
 
-def register_library_in_gem() -> list[str]:
-    """Register the hand-written library environments in gem's registry as spade:<Name>;
-    returns the ids. Safe to call more than once."""
-    from spade_jax.envs.gem_adapter import register_library_in_gem as _register
-
-    return _register()
+def global_rng_state() -> tuple:
+    """Python's and numpy's global RNG state together, as `set_global_rng_state` takes it back."""
+    return random.getstate(), np.random.get_state()
 
 
-def gem_offline_ids() -> list[str]:
-    """GEM ids that work offline here (game:* and rg:* that need no download)."""
-    from spade_jax.envs.gem_adapter import gem_offline_ids as _ids
+def set_global_rng_state(state: tuple) -> None:
+    py_state, np_state = state
+    random.setstate(py_state)
+    np.random.set_state(np_state)
 
-    return _ids()
+
+@contextlib.contextmanager
+def saved_global_rng() -> Iterator[None]:
+    """Restore Python's and numpy's global RNG state on exit (GEM's reset reseeds both)."""
+    outer = global_rng_state()
+    try:
+        yield
+    finally:
+        set_global_rng_state(outer)

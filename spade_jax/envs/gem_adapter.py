@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from spade_jax.envs.api import global_rng_state, saved_global_rng, set_global_rng_state
+
 __all__ = ["GemEnv", "make_gem_env", "register_library_in_gem", "gem_offline_ids", "SPADE_PREFIX"]
 
 # Prefix of our environments' ids in GEM's registry.
@@ -51,16 +53,12 @@ class GemEnv:
         self._np_state = np.random.RandomState(seed).get_state()
 
     def _isolated(self, fn, *args, **kwargs):
-        with _RNG_LOCK:
-            outer_py, outer_np = random.getstate(), np.random.get_state()
-            random.setstate(self._py_state)
-            np.random.set_state(self._np_state)
+        with _RNG_LOCK, saved_global_rng():
+            set_global_rng_state((self._py_state, self._np_state))
             try:
                 return fn(*args, **kwargs)
             finally:
-                self._py_state, self._np_state = random.getstate(), np.random.get_state()
-                random.setstate(outer_py)
-                np.random.set_state(outer_np)
+                self._py_state, self._np_state = global_rng_state()
 
     def reset(self, seed: int | None = None) -> tuple[str, dict]:
         obs, info = self._isolated(self.env.reset, seed=seed)
@@ -140,12 +138,6 @@ def make_gem_env(env_id: str, **kwargs: Any) -> GemEnv:
         raise ValueError(f"unknown GEM environment id {env_id!r}{hint}")
     if env_id.startswith(_BROKEN_OFFLINE):
         raise ValueError(f"GEM environment {env_id!r} needs downloads or crashes in gem-llm 0.1.0; pick another id")
-    with _RNG_LOCK:
-        # Constructors may draw from the global generators too.
-        outer_py, outer_np = random.getstate(), np.random.get_state()
-        try:
-            env = gem.make(env_id, **kwargs)
-        finally:
-            random.setstate(outer_py)
-            np.random.set_state(outer_np)
+    with _RNG_LOCK, saved_global_rng():  # constructors may draw from the global generators too
+        env = gem.make(env_id, **kwargs)
     return GemEnv(env, env_id)

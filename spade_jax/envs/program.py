@@ -10,6 +10,7 @@ import sys
 __all__ = [
     "ProgramError",
     "ALLOWED_THIRD_PARTY",
+    "strip_thinking",
     "extract_code",
     "parse_program",
     "find_env_class",
@@ -29,6 +30,11 @@ class ProgramError(ValueError):
         super().__init__(message)
         # Name of the validation check that failed (syntax, imports, class, ...).
         self.check = check
+
+
+def strip_thinking(text: str) -> str:
+    """A model reply without its <think>...</think> blocks (an unclosed one runs to the end)."""
+    return re.sub(r"<think>.*?(</think>|\Z)", "", text, flags=re.DOTALL)
 
 
 def extract_code(designer_text: str) -> str:

@@ -11,7 +11,8 @@ from typing import Any
 
 from spade_jax.envs.api import episode_reward, extract_boxed
 from spade_jax.envs.program import ProgramError, check_imports, find_env_class, parse_program
-from spade_jax.envs.sandbox import EnvError, EnvTimeout, SandboxConfig, SandboxEnv, SandboxPool
+from spade_jax.envs.backends import BACKEND_CHOICES, get_backend, select_backend
+from spade_jax.envs.backends.sandbox import EnvError, EnvTimeout, SandboxConfig, SandboxEnv, SandboxPool
 
 __all__ = ["ValidationConfig", "Verdict", "CHECKS", "validate", "plan_to_actions"]
 
@@ -72,7 +73,7 @@ class Verdict:
     {ok, message} in `checks` (ok None when skipped)."""
 
     valid: bool  # every check passed
-    backend: str | None  # "jax", "sandbox", or None when the program never ran
+    backend: str | None  # the backend certified ("jax", "sandbox"), or None when the program never ran
     errors: list[str]  # one learnable line per failed check (non-empty when invalid)
     checks: dict[str, dict[str, Any]]  # check name -> {"ok": bool | None, "message": str}
     solvable: bool | None  # solution() replayed and won; None without solution()
@@ -80,7 +81,7 @@ class Verdict:
     isolation: dict[str, Any]  # sandbox layers used (see sandbox.detect_isolation)
     seconds: float  # wall time of the validation
     max_turns: int | None = None  # turn limit used for the episode checks
-    backend_reason: str | None = None  # why the JAX backend was not used, if it was not
+    backend_reason: str | None = None  # why the backend asked for (auto: the preferred ones) was not used
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -191,7 +192,7 @@ def _run_checks(source: str, config: ValidationConfig, pool: SandboxPool, record
         raise _Failed("load", f"{exc}; module-level code and __init__ must finish quickly") from None
     except EnvError as exc:
         raise _Failed("load", str(exc)) from None
-    facts["backend"] = "sandbox"
+    facts["backend"] = "sandbox"  # where these checks run, whichever backend is certified below
     try:
         record("load", True, f"{class_name}() constructed in the sandbox")
 
@@ -288,13 +289,15 @@ def validate(
     *,
     config: ValidationConfig | None = None,
     pool: SandboxPool | None = None,
-    backend: str = "auto",
+    backend: str | None = "auto",
 ) -> Verdict:
     """Validate one environment program's text (for designer output, pass
     program.extract_code(text)). Program faults never raise: they make the verdict invalid.
-    SandboxError (e.g. SandboxUnavailable, a worker that cannot start) does raise."""
-    if backend not in ("auto", "jax", "sandbox"):
-        raise ValueError(f"backend must be auto, jax or sandbox, got {backend!r}")
+    SandboxError (e.g. SandboxUnavailable, a worker that cannot start) does raise.
+    `backend` is the backend to certify (one of BACKEND_CHOICES), or None for the program's checks
+    alone (the caller picks the backend itself)."""
+    if backend is not None and backend not in BACKEND_CHOICES:
+        raise ValueError(f"backend must be {', '.join(BACKEND_CHOICES)} or None, got {backend!r}")
     if not isinstance(source, str):
         raise TypeError(f"validate() takes the program as a str, got {type(source).__name__}")
     config = config or ValidationConfig()
@@ -325,14 +328,12 @@ def validate(
             record(exc.check, False, str(exc))
             errors.append(f"{exc.check}: {exc}")
         chosen = facts.get("backend")
-        if not errors and backend != "sandbox":
-            # The program is sound; now see whether the JAX backend takes it (its
-            # equivalence check runs the program in this pool).
-            from spade_jax.envs.compile import select_backend
-
+        if not errors and backend is not None:
+            # The program is sound; now see which backend takes it (a backend's own checks, such
+            # as the JAX backend's equivalence check, run the program in this pool).
             chosen, reason = select_backend(source, facts["class_name"], backend, pool=pool)
-            if backend == "jax" and chosen != "jax":
-                errors.append(f"backend: the JAX backend cannot run this program: {reason}")
+            if backend != "auto" and chosen != backend:
+                errors.append(f"backend: the {get_backend(backend).title} backend cannot run this program: {reason}")
     finally:
         if own_pool:
             pool.close()

@@ -15,6 +15,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spade_jax import kernels
+from spade_jax.models.layers import param
+from spade_jax.models.moe import MoE
 from spade_jax.models.spec import ModelSpec
 
 _MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite, so fully padded rows stay NaN-free
@@ -77,17 +79,6 @@ def pack_decode_weights(model: "Decoder") -> jax.Array | None:
     if model.spec.tie_embeddings:
         return kernels.pack_rows(model.embed[...].astype(jnp.float32))
     return kernels.pack(model.lm_head[...].astype(jnp.float32))
-
-
-def _param(rngs: nnx.Rngs, shape, axes, param_dtype, scale: float | None = None, init="normal"):
-    if init == "ones":
-        value = jnp.ones(shape, param_dtype)
-    elif init == "zeros":
-        value = jnp.zeros(shape, param_dtype)
-    else:
-        std = 0.02 if scale is None else scale
-        value = std * jax.random.normal(rngs.params(), shape, param_dtype)
-    return nnx.Param(value, logical_axes=axes)
 
 
 def _grow_axis(a: jax.Array, axis: int, by: int) -> jax.Array:
@@ -284,7 +275,7 @@ def apply_rope(x_bthd: jax.Array, rope):
 
 class RMSNorm(nnx.Module):
     def __init__(self, dim: int, eps: float, *, param_dtype, rngs: nnx.Rngs):
-        self.weight = _param(rngs, (dim,), ("norm",), param_dtype, init="ones")
+        self.weight = param(rngs, (dim,), ("norm",), param_dtype, init="ones")
         self.eps = eps
 
     def __call__(self, x):
@@ -298,16 +289,16 @@ class Attention(nnx.Module):
         e, h, kvh, d = spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.head_dim
         self.spec, self.dtype = spec, dtype
         self.attn_chunk: int | None = 512  # query block of `attend`; the Decoder sets it
-        self.q = _param(rngs, (e, h, d), ("embed", "heads", "head_dim"), param_dtype)
-        self.k = _param(rngs, (e, kvh, d), ("embed", "kv_heads", "head_dim"), param_dtype)
-        self.v = _param(rngs, (e, kvh, d), ("embed", "kv_heads", "head_dim"), param_dtype)
-        self.o = _param(rngs, (h, d, e), ("heads", "head_dim", "embed"), param_dtype)
+        self.q = param(rngs, (e, h, d), ("embed", "heads", "head_dim"), param_dtype)
+        self.k = param(rngs, (e, kvh, d), ("embed", "kv_heads", "head_dim"), param_dtype)
+        self.v = param(rngs, (e, kvh, d), ("embed", "kv_heads", "head_dim"), param_dtype)
+        self.o = param(rngs, (h, d, e), ("heads", "head_dim", "embed"), param_dtype)
         if spec.qkv_bias:
-            self.q_bias = _param(rngs, (h, d), ("heads", "head_dim"), param_dtype, init="zeros")
-            self.k_bias = _param(rngs, (kvh, d), ("kv_heads", "head_dim"), param_dtype, init="zeros")
-            self.v_bias = _param(rngs, (kvh, d), ("kv_heads", "head_dim"), param_dtype, init="zeros")
+            self.q_bias = param(rngs, (h, d), ("heads", "head_dim"), param_dtype, init="zeros")
+            self.k_bias = param(rngs, (kvh, d), ("kv_heads", "head_dim"), param_dtype, init="zeros")
+            self.v_bias = param(rngs, (kvh, d), ("kv_heads", "head_dim"), param_dtype, init="zeros")
         if spec.o_bias:
-            self.o_bias = _param(rngs, (e,), ("norm",), param_dtype, init="zeros")
+            self.o_bias = param(rngs, (e,), ("norm",), param_dtype, init="zeros")
         if spec.qk_norm:
             self.q_norm = RMSNorm(d, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
             self.k_norm = RMSNorm(d, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
@@ -385,13 +376,13 @@ def attend(q_btkgd, k_bkds, v_bksd, mask_bts, chunk: int | None = None):
 class MLP(nnx.Module):
     def __init__(self, hidden: int, inner: int, *, dtype, param_dtype, rngs: nnx.Rngs, bias=False):
         self.dtype, self.bias = dtype, bias
-        self.gate = _param(rngs, (hidden, inner), ("embed", "mlp"), param_dtype)
-        self.up = _param(rngs, (hidden, inner), ("embed", "mlp"), param_dtype)
-        self.down = _param(rngs, (inner, hidden), ("mlp", "embed"), param_dtype)
+        self.gate = param(rngs, (hidden, inner), ("embed", "mlp"), param_dtype)
+        self.up = param(rngs, (hidden, inner), ("embed", "mlp"), param_dtype)
+        self.down = param(rngs, (inner, hidden), ("mlp", "embed"), param_dtype)
         if bias:
-            self.gate_bias = _param(rngs, (inner,), ("mlp",), param_dtype, init="zeros")
-            self.up_bias = _param(rngs, (inner,), ("mlp",), param_dtype, init="zeros")
-            self.down_bias = _param(rngs, (hidden,), ("norm",), param_dtype, init="zeros")
+            self.gate_bias = param(rngs, (inner,), ("mlp",), param_dtype, init="zeros")
+            self.up_bias = param(rngs, (inner,), ("mlp",), param_dtype, init="zeros")
+            self.down_bias = param(rngs, (hidden,), ("norm",), param_dtype, init="zeros")
 
     def __call__(self, x):
         dt = self.dtype
@@ -410,8 +401,6 @@ class Block(nnx.Module):
         self.attn = Attention(spec, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.mlp_norm = RMSNorm(spec.hidden_size, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
         if spec.layer_is_moe(layer):
-            from spade_jax.models.moe import MoE  # noqa: PLC0415 (only MoE models need it)
-
             self.mlp = MoE(spec, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         else:
             self.mlp = MLP(
@@ -474,7 +463,7 @@ class Decoder(nnx.Module):
         self.spec, self.dtype, self.scan_layers = spec, dtype, scan_layers
         # Training memory: recompute each block's activations in the backward pass (cache-free calls).
         self.remat = remat
-        self.embed = _param(
+        self.embed = param(
             rngs, (spec.vocab_size, spec.hidden_size), ("vocab", "embed"), param_dtype
         )
         if scan_layers:
@@ -488,7 +477,7 @@ class Decoder(nnx.Module):
             )
         self.final_norm = RMSNorm(spec.hidden_size, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
         if not spec.tie_embeddings:
-            self.lm_head = _param(
+            self.lm_head = param(
                 rngs, (spec.hidden_size, spec.vocab_size), ("embed", "vocab"), param_dtype
             )
         self.set_attn_chunk(attn_chunk)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from spade_jax.models.decoder import _param
+from spade_jax.models.layers import param
 from spade_jax.models.spec import ModelSpec
 
 
@@ -47,10 +47,10 @@ class MoE(nnx.Module):
     def __init__(self, spec: ModelSpec, *, dtype, param_dtype, rngs: nnx.Rngs):
         e, x, i = spec.hidden_size, spec.num_experts, spec.moe_intermediate_size
         self.dtype, self.top_k, self.norm_topk_prob = dtype, spec.experts_per_token, spec.norm_topk_prob
-        self.router = _param(rngs, (e, x), ("embed", "expert"), param_dtype)
-        self.gate = _param(rngs, (x, e, i), ("expert", "embed", "moe_mlp"), param_dtype)
-        self.up = _param(rngs, (x, e, i), ("expert", "embed", "moe_mlp"), param_dtype)
-        self.down = _param(rngs, (x, i, e), ("expert", "moe_mlp", "embed"), param_dtype)
+        self.router = param(rngs, (e, x), ("embed", "expert"), param_dtype)
+        self.gate = param(rngs, (x, e, i), ("expert", "embed", "moe_mlp"), param_dtype)
+        self.up = param(rngs, (x, e, i), ("expert", "embed", "moe_mlp"), param_dtype)
+        self.down = param(rngs, (x, i, e), ("expert", "moe_mlp", "embed"), param_dtype)
 
     def __call__(self, x_bte: jax.Array) -> jax.Array:
         dt = self.dtype

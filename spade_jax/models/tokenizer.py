@@ -11,10 +11,29 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": str}
+
+
+def _gpt2_byte_of_char() -> dict[str, int]:
+    """GPT-2's byte -> printable character table, inverted: printable bytes stand for themselves,
+    the others for chr(256), chr(257), ... in byte order."""
+    printable = {*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)}
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+# Byte-level BPE's (GPT-2's) stand-in character of each byte -> that byte; iterates in byte order.
+BYTE_OF_CHAR: Mapping[str, int] = MappingProxyType(_gpt2_byte_of_char())
 
 
 class Tokenizer:
@@ -84,7 +103,7 @@ def byte_tokenizer(*, eos_token_ids: Sequence[int] = ()) -> Tokenizer:
     from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
 
     alphabet = pre_tokenizers.ByteLevel.alphabet()
-    byte_chars = sorted(alphabet, key=lambda c: _byte_of_char(c))
+    byte_chars = sorted(alphabet, key=BYTE_OF_CHAR.__getitem__)
     vocab = {tok: i for i, tok in enumerate(BYTE_SPECIALS)}
     vocab.update({c: len(BYTE_SPECIALS) + i for i, c in enumerate(byte_chars)})
     raw = RawTokenizer(models.BPE(vocab=vocab, merges=[]))
@@ -100,16 +119,6 @@ def byte_tokenizer(*, eos_token_ids: Sequence[int] = ()) -> Tokenizer:
     )
     hf.chat_template = CHATML_TEMPLATE
     return Tokenizer(hf, eos_token_ids=eos_token_ids)
-
-
-def _byte_of_char(c: str) -> int:
-    """GPT-2's byte -> printable character table, inverted (printable bytes map to themselves)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
-    code = ord(c)
-    if code in printable:
-        return code
-    others = [b for b in range(256) if b not in printable]
-    return others[code - 256]
 
 
 def _cache_root() -> str | None:
@@ -419,6 +428,4 @@ def _save_tokenizer(saved: str, raw, settings: dict[str, Any]) -> None:
 
 def _byte_chars() -> list[str]:
     """GPT-2's printable character for each byte value, indexed by the byte."""
-    from tokenizers import pre_tokenizers  # noqa: PLC0415
-
-    return sorted(pre_tokenizers.ByteLevel.alphabet(), key=_byte_of_char)
+    return list(BYTE_OF_CHAR)

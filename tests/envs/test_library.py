@@ -236,13 +236,13 @@ def _compare_in_jax(name, transpiled, step, seed, actions_for):
 @pytest.mark.parametrize("name", NAMES)
 def test_program_transpiles_to_jax_and_agrees_with_python(name):
     try:
-        jaxenv = importlib.import_module("spade_jax.envs.jaxenv")
+        jax_backend = importlib.import_module("spade_jax.envs.backends.jax")
     except ImportError as error:
-        pytest.skip(f"spade_jax.envs.jaxenv is not importable yet ({error})")
+        pytest.skip(f"spade_jax.envs.backends.jax is not importable yet ({error})")
     import jax
 
     program = library_program(name)
-    transpiled = jaxenv.transpile(program.source, program.class_name)
+    transpiled = jax_backend.transpile(program.source, program.class_name)
     step = jax.jit(transpiled.step_env)
     for seed in range(3):
         plan = load_library_env(name)

@@ -12,7 +12,7 @@ from pathlib import Path as _Path
 _sys.path.insert(0, str(_Path(__file__).resolve().parent))  # sandbox_helpers sits next to this file
 from sandbox_helpers import corpus_files, expectation
 from spade_jax.envs.program import extract_code
-from spade_jax.envs.sandbox import SandboxConfig, SandboxPool
+from spade_jax.envs.backends.sandbox import SandboxConfig, SandboxPool
 from spade_jax.envs.validate import CHECKS, ValidationConfig, Verdict, plan_to_actions, validate
 
 # Short limits keep the infinite loops cheap; the reference budgets are the defaults.

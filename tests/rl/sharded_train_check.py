@@ -35,7 +35,7 @@ def run(mesh, micro_batches, steps=2, checkpoint_dir=None):
         state, metrics = step(state, make_train_batch(i, batch=16), ref_params)
         history.append({k: float(v) for k, v in metrics.items()})
     if checkpoint_dir is not None:  # sharded save, then restore straight into the mesh shardings
-        from spade_jax.checkpoint import Checkpointer  # noqa: PLC0415
+        from spade_jax.run.checkpoint import Checkpointer  # noqa: PLC0415
 
         with Checkpointer(checkpoint_dir) as ckpt:
             ckpt.save(steps, state, {"steps": steps})

@@ -1,0 +1,52 @@
+"""Held-out evaluation: offline GEM games and reasoning-gym tasks at fixed seeds, played through the
+training loop; success rates with Wilson intervals, model-backed policies, and duplicate flags."""
+
+from spade_jax.evaluation.driver import (
+    EpisodeResult,
+    EvalReport,
+    TaskResult,
+    evaluate,
+)
+from spade_jax.evaluation.duplicates import (
+    DUPLICATE_THRESHOLD,
+    FAMILY_THRESHOLD,
+    DuplicateFlag,
+    family_score,
+    family_words,
+    flag_duplicates,
+    similarity,
+)
+from spade_jax.evaluation.environments import (
+    RG_ANSWER_INSTRUCTION,
+    first_observation,
+    make_eval_env,
+)
+from spade_jax.evaluation.policies import Policy, model_policy, tokens_policy
+from spade_jax.evaluation.stats import macro_interval, wilson_interval
+from spade_jax.evaluation.suites import SUITES, EvalSuite, EvalTask, get_suite
+
+__all__ = [
+    "DUPLICATE_THRESHOLD",
+    "FAMILY_THRESHOLD",
+    "RG_ANSWER_INSTRUCTION",
+    "SUITES",
+    "DuplicateFlag",
+    "EpisodeResult",
+    "EvalReport",
+    "EvalSuite",
+    "EvalTask",
+    "Policy",
+    "TaskResult",
+    "evaluate",
+    "family_score",
+    "family_words",
+    "first_observation",
+    "flag_duplicates",
+    "get_suite",
+    "macro_interval",
+    "make_eval_env",
+    "model_policy",
+    "similarity",
+    "tokens_policy",
+    "wilson_interval",
+]

@@ -1,0 +1,92 @@
+"""Held-out environments: a GEM game (the board shown as GEM's observation wrapper shows it) or one
+reasoning-gym item per seed; `reset(seed) -> text`, `step(action) -> (text, reward, terminated, truncated)`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from spade_jax.envs.api import extract_boxed, saved_global_rng
+from spade_jax.envs.gem_adapter import make_gem_env
+from spade_jax.evaluation.suites import HELDOUT_SEED_BASE
+
+# reasoning-gym answers count as solved at this score (scores are in [0, 1]; some are partial).
+RG_SUCCESS_SCORE = 0.999
+# Appended to reasoning-gym questions so the answer is read the way GEM reads it.
+RG_ANSWER_INSTRUCTION = "Write your final answer inside \\boxed{...}."
+
+
+class _GameEnv:
+    """GEM game whose observation text includes `info["suffix"]` (the board), as GEM's
+    ObservationWrapper shows it; success is a terminal win (reward 1, not truncated)."""
+
+    def __init__(self, env_id: str):
+        # Each game runs on its own copy of the global RNG state (GEM's reset reseeds the
+        # global generators and some games draw from them every step).
+        self._env = make_gem_env(env_id)
+
+    @staticmethod
+    def _text(obs: str, info: Mapping[str, Any]) -> str:
+        prefix, suffix = info.get("prefix") or "", info.get("suffix") or ""
+        parts = [p.strip("\n") for p in (prefix, obs, suffix) if p and p.strip()]
+        return "\n".join(parts)
+
+    def reset(self, seed: int) -> str:
+        obs, info = self._env.reset(seed=seed)
+        return self._text(obs, info or {})
+
+    def step(self, action: str) -> tuple[str, float, bool, bool]:
+        obs, reward, terminated, truncated, info = self._env.step(action)
+        reward = float(reward)
+        # The games return (reward 1, terminated, not truncated) only on a win; running out of
+        # turns may pay a partial reward, which does not count as success.
+        self.success = bool(terminated) and not bool(truncated) and reward >= 1.0 - 1e-6
+        return self._text(obs, info or {}), reward, bool(terminated), bool(truncated)
+
+
+class _ReasoningGymEnv:
+    """One reasoning-gym item per seed, answered in one turn; success is score >= 0.999."""
+
+    def __init__(self, env_id: str):
+        import reasoning_gym
+
+        self.name = env_id.split(":", 1)[1]
+        if self.name not in reasoning_gym.factory.DATASETS:
+            raise ValueError(f"unknown reasoning-gym task {self.name!r} in {env_id!r}")
+        self._create = reasoning_gym.create_dataset
+
+    def reset(self, seed: int) -> str:
+        with saved_global_rng():
+            self._dataset = self._create(self.name, size=1, seed=seed)
+            self._entry = self._dataset[0]
+        self.answer = self._entry["answer"]
+        return f"{self._entry['question'].rstrip()}\n\n{RG_ANSWER_INSTRUCTION}"
+
+    def step(self, action: str) -> tuple[str, float, bool, bool]:
+        answer = extract_boxed(action)
+        try:
+            with saved_global_rng():
+                score = float(self._dataset.score_answer(answer.strip(), self._entry)) if answer else 0.0
+        except Exception:  # noqa: BLE001 - some scorers raise on malformed answers: unsolved
+            score = 0.0
+        if not math.isfinite(score):
+            score = 0.0
+        self.success = score >= RG_SUCCESS_SCORE
+        return "Answer recorded.", score, True, False
+
+
+def make_eval_env(env_id: str) -> _GameEnv | _ReasoningGymEnv:
+    """An eval env: `reset(seed) -> text`, `step(action) -> (text, reward, terminated,
+    truncated)`, and `.success` after the last step."""
+    kind = env_id.split(":", 1)[0]
+    if kind == "game":
+        return _GameEnv(env_id)
+    if kind == "rg":
+        return _ReasoningGymEnv(env_id)
+    raise ValueError(f"eval env id {env_id!r} must start with 'game:' or 'rg:'")
+
+
+def first_observation(env_id: str, seed: int = HELDOUT_SEED_BASE) -> str:
+    """The text an agent sees first in `env_id` at `seed` (instructions and board)."""
+    return make_eval_env(env_id).reset(seed)

@@ -1,0 +1,114 @@
+"""The held-out suites: which GEM games and reasoning-gym tasks are scored, at which seeds and turn
+caps; `SUITES` holds them by name (`heldout`, and `quick` for a smoke test)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+
+# Default first episode seed: far from the small seeds training and tests use.
+HELDOUT_SEED_BASE = 900_000
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalTask:
+    """One held-out environment and how to play it."""
+
+    env_id: str  # "game:<GEM id>" (GEM game) or "rg:<name>" (reasoning-gym dataset)
+    episodes: int  # episodes scored, one per seed
+    max_turns: int  # turn cap of one episode (reasoning-gym tasks are single-turn: 1)
+    seeds: tuple[int, ...] = ()  # episode seeds; empty means HELDOUT_SEED_BASE + 0..episodes-1
+
+    def __post_init__(self):
+        if not re.fullmatch(r"(game|rg):[A-Za-z0-9_.\-]+", self.env_id):
+            raise ValueError(
+                f"eval env id {self.env_id!r} must look like 'game:TowerofHanoi-v0-easy' or "
+                "'rg:countdown'"
+            )
+        if self.episodes < 1:
+            raise ValueError(f"{self.env_id}: episodes must be >= 1, got {self.episodes}")
+        if self.max_turns < 1:
+            raise ValueError(f"{self.env_id}: max_turns must be >= 1, got {self.max_turns}")
+        if self.seeds and len(self.seeds) != self.episodes:
+            raise ValueError(
+                f"{self.env_id}: {len(self.seeds)} seeds for {self.episodes} episodes; "
+                "give one seed per episode or none"
+            )
+        if any(s < 0 for s in self.seeds):
+            raise ValueError(f"{self.env_id}: seeds must be >= 0 (GEM rejects negative seeds)")
+
+    @property
+    def episode_seeds(self) -> tuple[int, ...]:
+        return self.seeds or tuple(range(HELDOUT_SEED_BASE, HELDOUT_SEED_BASE + self.episodes))
+
+    @property
+    def kind(self) -> str:
+        return self.env_id.split(":", 1)[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSuite:
+    """A named, frozen list of tasks."""
+
+    name: str  # printed in reports
+    tasks: tuple[EvalTask, ...]  # scored in this order; env ids must be unique
+
+    def __post_init__(self):
+        if not self.tasks:
+            raise ValueError(f"suite {self.name!r} has no tasks")
+        ids = [t.env_id for t in self.tasks]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"suite {self.name!r} lists an env id twice: {ids}")
+
+    def only(self, env_ids: Sequence[str]) -> EvalSuite:
+        """The tasks named in `env_ids`, in suite order."""
+        known = [t.env_id for t in self.tasks]
+        unknown = [e for e in env_ids if e not in known]
+        if unknown:
+            raise ValueError(f"suite {self.name!r} has no task {unknown[0]!r}; tasks: {', '.join(known)}")
+        return EvalSuite(self.name, tuple(t for t in self.tasks if t.env_id in env_ids))
+
+    def with_episodes(self, episodes: int) -> EvalSuite:
+        """The same tasks with `episodes` default seeds each (explicit seeds are dropped)."""
+        return EvalSuite(
+            f"{self.name}@{episodes}",
+            tuple(dataclasses.replace(t, episodes=episodes, seeds=()) for t in self.tasks),
+        )
+
+
+# (env id, turn cap): GEM games work offline with gem-llm 0.1.0 and reset in < 20 ms;
+# the caps are the games' own turn limits, so the game (not us) decides when time is up.
+_GAMES = (
+    ("game:GuessTheNumber-v0-hard", 7),
+    ("game:Minesweeper-v0-easy", 25),
+    ("game:Sudoku-v0-easy", 15),
+    ("game:TowerofHanoi-v0-easy", 10),
+    ("game:Sokoban-v0-easy", 20),
+)
+# reasoning-gym generators with reproducible per-seed items and sound scorers (see FACTS.md).
+# No task may be a puzzle family of the training library (spade_jax/envs/library): knights_knaves
+# and maze were (KnightsKnavesEnv, GridMazeEnv), so zebra_puzzles (logic) and largest_island
+# (grid search) replaced them; tests/evaluation/test_duplicates.py checks every suite task with family_score.
+_REASONING = ("rg:zebra_puzzles", "rg:largest_island", "rg:arc_1d", "rg:countdown")
+
+
+def _suite(name: str, episodes: int) -> EvalSuite:
+    tasks = [EvalTask(env_id, episodes, turns) for env_id, turns in _GAMES]
+    tasks += [EvalTask(env_id, episodes, 1) for env_id in _REASONING]
+    return EvalSuite(name, tuple(tasks))
+
+
+SUITES: dict[str, EvalSuite] = {
+    # 50 episodes per task: a Wilson interval of at most +-13.5 points per task.
+    "heldout": _suite("heldout", 50),
+    # Same tasks, 5 episodes each: a smoke test of the whole path in minutes.
+    "quick": _suite("quick", 5),
+}
+
+
+def get_suite(name: str, episodes: int | None = None) -> EvalSuite:
+    if name not in SUITES:
+        raise ValueError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)}")
+    suite = SUITES[name]
+    return suite.with_episodes(episodes) if episodes is not None else suite

@@ -1,0 +1,116 @@
+"""What a generation call is asked for: `SamplingConfig` (budget, temperature / top-k / top-p, stops,
+cache dtype, CPU kernel choice, prefix reuse) and the padded-shape buckets that bound compiles."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+
+
+def _powers_of_two(start: int, stop: int) -> tuple[int, ...]:
+    out, size = [], start
+    while size < stop:
+        out.append(size)
+        size *= 2
+    return tuple(out) + (stop,)
+
+
+def _half_octaves(start: int, stop: int) -> tuple[int, ...]:
+    """start, 1.5 start, 2 start, 3 start, 4 start, ...: padding wastes at most a third, on average
+    about a sixth, for two compiled shapes per doubling."""
+    out = []
+    for size in _powers_of_two(start, stop):
+        out += [size, size * 3 // 2]
+    return tuple(s for s in out if s < stop) + (stop,)
+
+
+def _quarter_octaves(start: int, stop: int) -> tuple[int, ...]:
+    """start * 2**(i/4) rounded up to a multiple of 8: padding wastes at most a fifth, four compiled
+    shapes per doubling."""
+    out, i = [], 0
+    while (size := -(-int(math.ceil(start * 2 ** (i / 4))) // 8) * 8) < stop:
+        if not out or size > out[-1]:
+            out.append(size)
+        i += 1
+    return tuple(out) + (stop,)
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    max_new_tokens: int = 256  # tokens to generate at most per row (EOS included)
+    temperature: float = 1.0  # softmax temperature; 0 means greedy (argmax)
+    top_p: float = 1.0  # nucleus: keep the smallest top set with this much probability (1 = off)
+    top_k: int = 0  # keep only the k most likely tokens (0 = off)
+    # Cut the completion right after the first match (host side); a sampled token whose own text
+    # holds a stop string also ends its row on device, so such rows do not run on to the budget.
+    stop_strings: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()  # device-side: these ids end a row like EOS (reason "stop")
+    ignore_eos: bool = False  # keep going after EOS (benchmarks that need fixed lengths)
+    prompt_buckets: tuple[int, ...] = _half_octaves(32, 1 << 17)  # padded prompt lengths
+    # Prefill the prompts packed into one sequence (padding skipped by everything but attention),
+    # its length padded to one of `packed_buckets`; off, or under a batch-sharded mesh, the prefill
+    # runs on the padded [batch, prompt bucket] block. Results are the same either way.
+    pack_prompts: bool = True
+    packed_buckets: tuple[int, ...] = _quarter_octaves(32, 1 << 20)
+    batch_buckets: tuple[int, ...] = _powers_of_two(1, 1 << 16)  # padded batch sizes
+    new_token_bucket: int = 64  # cache room for new tokens is max_new_tokens rounded up to this
+    # KV cache dtype. "auto": float32 on a CPU (XLA:CPU attends faster over f32), the model's compute
+    # dtype on an accelerator (a GPU trace of a bf16 model over an f32 cache spent ~10% of each
+    # decode step converting every layer's cache window to bf16).
+    cache_dtype: str = "auto"
+    # Decode matmuls on a CPU: "auto" uses the packed float32 kernel (`spade_jax.kernels`) for a
+    # float32 model on one x86 CPU device with AVX2 or AVX-512 where it builds, "xla" always XLA's dot. The kernel
+    # reads a packed copy of the weights (the model's size again; see `PACKED_WEIGHTS`).
+    cpu_kernel: str = "auto"
+    # Host-only: feed only the new tail of prompts that extend the previous call's rows (same results).
+    # compare=False keeps it out of ==/hash, so caches keyed by a config never split over it.
+    reuse_prefix: bool = dataclasses.field(default=True, compare=False)
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0 or not math.isfinite(self.temperature):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if any(t < 0 for t in self.stop_token_ids):
+            raise ValueError(f"stop_token_ids must be token ids >= 0, got {self.stop_token_ids}")
+        if any(not s for s in self.stop_strings):
+            raise ValueError("stop_strings must be non-empty strings")
+        for name in ("prompt_buckets", "batch_buckets", "packed_buckets"):
+            buckets = getattr(self, name)
+            if not buckets or list(buckets) != sorted(set(buckets)) or buckets[0] < 1:
+                raise ValueError(f"{name} must be increasing positive sizes, got {buckets}")
+        if self.new_token_bucket < 1:
+            raise ValueError(f"new_token_bucket must be >= 1, got {self.new_token_bucket}")
+        if self.cache_dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"cache_dtype must be auto, float32, bfloat16 or float16, got {self.cache_dtype}")
+        if self.cpu_kernel not in ("auto", "xla"):
+            raise ValueError(f"cpu_kernel must be auto or xla, got {self.cpu_kernel}")
+
+    def kv_cache_dtype(self, compute_dtype) -> str:
+        """The KV cache dtype's name for a model computing in `compute_dtype` (resolves "auto")."""
+        if self.cache_dtype != "auto":
+            return self.cache_dtype
+        return "float32" if jax.default_backend() == "cpu" else jnp.dtype(compute_dtype).name
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def replace(self, **changes) -> "SamplingConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def fit_bucket(size: int, buckets: Sequence[int], what: str) -> int:
+    """The smallest bucket that holds `size` (`what` names the size in the error past the largest)."""
+    for b in buckets:
+        if b >= size:
+            return b
+    raise ValueError(f"{what} {size} exceeds the largest bucket {buckets[-1]}; add a larger bucket")

@@ -1,0 +1,117 @@
+"""Multi-turn prefix reuse: what a call leaves for the next (`Kept`), the plan that matches new
+prompts to kept cache rows, and the compiled programs that extend or grow a kept cache."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from spade_jax.models.decoder import KVCache
+from spade_jax.sampling.config import fit_bucket
+from spade_jax.sampling.versions import ParamsVersion
+
+
+@dataclasses.dataclass
+class Kept:
+    """What the last call left behind for the next one to build on."""
+
+    cache: KVCache
+    rows: list[list[int]]  # per cache row: the tokens whose K/V it holds, in order ([] if none)
+    index: int  # host copy of cache.index
+    params: ParamsVersion  # the parameters the K/V came from
+    cache_dtype: str
+
+
+def _grow(cache, *, slots: int, cache_sharding):
+    """The cache copied into a larger, zero-padded one (new slots are empty and invalid)."""
+    cache = cache.padded(slots)
+    if cache_sharding is not None:
+        cache = jax.lax.with_sharding_constraint(cache, cache_sharding)
+    return cache
+
+
+def _extend(graphdef, params, cache, tokens_bt, valid_bt, keep_b, positions_bt, rope):
+    """Prefill on top of a kept cache: row r keeps its first `keep_b[r]` cached tokens (later ones are
+    marked invalid, so a row can also be cut back), then its left-padded tail is written at
+    `cache.index` with positions continuing from `keep_b[r]` (`positions_bt`, `rope` its tables).
+    """
+    model = nnx.merge(graphdef, params)
+    # Slots fill in token order, so a row's n-th valid slot holds its n-th cached token.
+    held = jnp.cumsum(cache.valid, axis=1, dtype=jnp.int32)
+    cache = cache.replace(valid=cache.valid & (held <= keep_b[:, None]))
+    hidden, cache = model.hidden_states(tokens_bt, positions_bt, valid_bt, cache, rope)
+    logits_bv = model.logits(hidden[:, -1:])[:, 0]
+    return logits_bv, cache, positions_bt[:, -1]
+
+
+# Process-wide, like the Sampler's prefill and decode: compiled once per model structure and shape.
+EXTEND = jax.jit(_extend, static_argnums=0, donate_argnums=(2,))
+# A plain copy (a cheap compile per size pair), so the model-sized extend program compiles per cache
+# size only, not per (old size, new size).
+GROW = jax.jit(_grow, static_argnames=("slots", "cache_sharding"))
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def plan_reuse(kept: Kept, prompts, config, graphdef, params, width, batch, new_room, *, model, pad_token_id: int):
+    """(row of each prompt, tokens kept per row, left-padded tails and their mask, cache slots), or
+    None when a full prefill is the right call (see `Sampler.generate`)."""
+    if (model.spec.sliding_layers or kept.cache_dtype != config.kv_cache_dtype(model.dtype)
+        or len(prompts) > len(kept.rows) or not kept.params.matches(graphdef, params)):
+        return None
+    rows = kept.rows
+    free = set(range(len(rows)))
+    rows_of, keeps = [], []
+    for i, prompt in enumerate(prompts):
+        best, best_keep = None, -1
+        # The same row first: callers usually keep their order, and an exact continuation wins at once.
+        for row in ([i] if i in free else []) + sorted(free):
+            held = rows[row]
+            shared = common_prefix(held, prompt) if held and held[0] == prompt[0] else 0
+            shared = min(shared, len(prompt) - 1)  # feed at least one token: its logits start the decode
+            if shared > best_keep:
+                best, best_keep = row, shared
+                if held and shared == len(held):  # a whole row continued: take it, stop searching
+                    break
+        free.discard(best)
+        rows_of.append(best)
+        keeps.append(best_keep)
+    if sum(keeps) == 0:
+        return None
+    tail = max(len(p) - k for p, k in zip(prompts, keeps))
+    tail_width = fit_bucket(tail, config.prompt_buckets, "prompt length")
+    if len(rows) * tail_width >= batch * width:
+        return None
+    slots, cap = kept.cache.slots, 2 * (width + new_room)
+    if kept.index + tail_width + new_room > slots:
+        # Preferably with a turn's worth of headroom, so that the next turn need not grow it again.
+        fits = [b + new_room for b in config.prompt_buckets if b >= kept.index + tail_width]
+        roomy = [s for s in fits if s >= kept.index + tail_width + 2 * new_room and s <= cap]
+        slots = (roomy or fits or [cap + 1])[0]
+    if slots > cap:
+        return None
+    keep = np.zeros(len(rows), np.int32)
+    tokens = np.full((len(rows), tail_width), pad_token_id, np.int32)
+    valid = np.zeros((len(rows), tail_width), bool)
+    for prompt, row, k in zip(prompts, rows_of, keeps):
+        keep[row] = k
+        tokens[row, tail_width - (len(prompt) - k):] = prompt[k:]
+        valid[row, tail_width - (len(prompt) - k):] = True
+    return rows_of, keep, tokens, valid, slots
