@@ -19,6 +19,7 @@ import os
 import time
 
 import jax
+from rollout import load  # benchmarks/rollout.py: the same tiny-or-named model loader
 
 from spade_jax import roles
 from spade_jax.envs.api import extract_boxed
@@ -26,8 +27,6 @@ from spade_jax.envs.library import library_programs, load_library_env
 from spade_jax.rollout import RolloutConfig, play_episodes
 from spade_jax.sampling import Sampler, SamplingConfig
 from spade_jax.selfplay import generations_of
-
-from rollout import load  # benchmarks/rollout.py: the same tiny-or-named model loader
 
 
 def play_arm(model, tokenizer, names, episodes, rollout, sampling, seed):

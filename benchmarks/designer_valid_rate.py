@@ -21,8 +21,8 @@ import time
 import numpy as np
 
 from spade_jax.curriculum import SKILLS, embedded_corpus
-from spade_jax.envs.library import library_programs
 from spade_jax.envs.constants import tunable_constants
+from spade_jax.envs.library import library_programs
 from spade_jax.envs.program import ProgramError, find_env_class
 from spade_jax.envs.validate import validate
 from spade_jax.roles import design_request, designer_program, parse_designer_output, repair_prompt
@@ -115,7 +115,7 @@ def main():
     parser.add_argument("--out", default="", help="write every reply and verdict here (JSON)")
     args = parser.parse_args()
 
-    from spade_jax.config import load_config  # noqa: PLC0415
+    from spade_jax.config import load_config
 
     experiment = load_config(args.config, args.overrides)
     if args.temperature is None:
@@ -134,7 +134,9 @@ def main():
         cfg = dataclasses.replace(experiment.roles, **MODE_CONFIGS[mode])
         # Cold start, as at the first regeneration: empty memory, library bases and examples.
         requests = [
-            design_request(np.random.default_rng(args.seed * 1000 + i), SKILLS[i % len(SKILLS)], corpus, None, library, cfg)
+            design_request(
+                np.random.default_rng(args.seed * 1000 + i), SKILLS[i % len(SKILLS)], corpus, None, library, cfg
+            )
             for i in range(per_mode.get(mode, args.samples))
         ]
         budget = args.tune_max_new_tokens if mode == "tune" else args.max_new_tokens
@@ -181,7 +183,9 @@ def main():
             "valid": rate(rows),
             "valid_after_repair": rate(rows, lambda r: r["valid"] or r.get("repaired_valid", False)),
             # A tune design is a near-copy by construction (no-change replies are already invalid).
-            "valid_and_changed": rate(rows, lambda r: r["valid"] and (r["mode"] == "tune" or r.get("similarity", 0.0) < 0.98)),
+            "valid_and_changed": rate(
+                rows, lambda r: r["valid"] and (r["mode"] == "tune" or r.get("similarity", 0.0) < 0.98)
+            ),
             "failed_checks": fails,
         }
     print(f"\nSmolLM2-135M-Instruct designer, temperature {args.temperature}, {time.time() - started:.0f} s")

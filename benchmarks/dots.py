@@ -24,12 +24,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-from benchmarks.generate import _time, matmul_flops  # noqa: E402
-from spade_jax.models.presets import get_preset  # noqa: E402
+from benchmarks.generate import _time, matmul_flops
+from spade_jax.models.presets import get_preset
 
 
 def layer_shapes(spec) -> list[tuple[int, int]]:
@@ -78,7 +78,7 @@ def time_ours(layers, head, rows, dtype, repeats) -> float:
 
 
 def time_packed(layers, head, rows, repeats) -> float:
-    from spade_jax import kernels  # noqa: PLC0415
+    from spade_jax import kernels
 
     ws = jax.jit(lambda ls: [[kernels.pack(w) for w in layer] for layer in ls])(
         [[jnp.asarray(w) for w in layer] for layer in layers])
@@ -89,7 +89,7 @@ def time_packed(layers, head, rows, repeats) -> float:
 
 
 def time_torch(layers, head, rows, dtype, repeats) -> float:
-    import torch  # noqa: PLC0415
+    import torch
 
     dt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     ws = [[torch.from_numpy(np.ascontiguousarray(w.T)).to(dt) for w in layer] for layer in layers]
@@ -109,7 +109,7 @@ def main():
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    import torch  # noqa: PLC0415
+    import torch
 
     spec = get_preset(args.model)
     layers, head = make_weights(spec)
@@ -122,17 +122,19 @@ def main():
     for dtype in ("float32", "bfloat16"):
         ours = time_ours(layers, head, args.rows, dtype, args.repeats)
         theirs = time_torch(layers, head, args.rows, dtype, args.repeats)
-        print(f"{dtype:8s}: ours {ours * 1e3:6.1f} ms ({flops / ours / 1e9:5.0f} GFLOP/s, {flops / ours / peak:4.0%} of "
-              f"the 2048^3 rate) | torch {theirs * 1e3:6.1f} ms ({flops / theirs / 1e9:5.0f} GFLOP/s) | "
+        print(f"{dtype:8s}: ours {ours * 1e3:6.1f} ms ({flops / ours / 1e9:5.0f} GFLOP/s, "
+              f"{flops / ours / peak:4.0%} of the 2048^3 rate) | "
+              f"torch {theirs * 1e3:6.1f} ms ({flops / theirs / 1e9:5.0f} GFLOP/s) | "
               f"ratio {theirs / ours:.2f}x", flush=True)
         if dtype == "float32":
-            from spade_jax import kernels  # noqa: PLC0415
+            from spade_jax import kernels
 
             if not kernels.available():
                 print(f"float32 packed kernel: unavailable ({kernels.unavailable_reason()})")
                 continue
             packed = time_packed(layers, head, args.rows, args.repeats)
-            print(f"float32 packed kernel ({kernels.vector_bits()}-bit build): {packed * 1e3:6.1f} ms ({flops / packed / 1e9:5.0f} GFLOP/s, "
+            print(f"float32 packed kernel ({kernels.vector_bits()}-bit build): {packed * 1e3:6.1f} ms "
+                  f"({flops / packed / 1e9:5.0f} GFLOP/s, "
                   f"{4 * params / packed / 1e9:.1f} GB/s of weights) | XLA {ours / packed:.2f}x slower | "
                   f"torch {theirs / packed:.2f}x slower", flush=True)
 

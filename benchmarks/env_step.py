@@ -10,7 +10,6 @@ import argparse
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from spade_jax.envs.backends.jax import InProcessProgram, transpile
@@ -102,7 +101,9 @@ def main():
 
     print(f"ratio jax / in-process Python: {jax_sps / inproc:,.1f}x")
     if sandbox:
-        print(f"ratio jax / sandbox pool: {jax_sps / sandbox:,.1f}x (auto-reset), {plain_sps / sandbox:,.1f}x (step_env)")
+        print(
+            f"ratio jax / sandbox pool: {jax_sps / sandbox:,.1f}x (auto-reset), {plain_sps / sandbox:,.1f}x (step_env)"
+        )
 
 
 if __name__ == "__main__":

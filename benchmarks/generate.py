@@ -42,14 +42,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-from spade_jax.models.hf import export_hf  # noqa: E402
-from spade_jax.models.presets import get_preset, init_decoder  # noqa: E402
-from spade_jax.models.registry import EMBEDDED_GGUF, EMBEDDED_MODEL, embedded_gguf_path, load_model  # noqa: E402
-from spade_jax.sampling import Sampler, SamplingConfig, fit_bucket  # noqa: E402
+from spade_jax.models.hf import export_hf
+from spade_jax.models.presets import get_preset, init_decoder
+from spade_jax.models.registry import EMBEDDED_GGUF, EMBEDDED_MODEL, embedded_gguf_path, load_model
+from spade_jax.sampling import Sampler, SamplingConfig, fit_bucket
 
 QUESTIONS = [
     "What is the capital of France?", "Name three primary colors.", "How many legs does a spider have?",
@@ -113,8 +113,8 @@ def transformers_runner(prompts, new_tokens, pad_id, threads=0, hf_dir=None, dty
 
     Loads the embedded GGUF, or the HF directory `hf_dir` when given; runs on CUDA if PyTorch sees it.
     """
-    import torch  # noqa: PLC0415
-    import transformers  # noqa: PLC0415
+    import torch
+    import transformers
 
     if threads:
         torch.set_num_threads(threads)
@@ -281,7 +281,8 @@ def main():
             row["ratio_range"] = [min(paired), max(paired)]
             row["ratio_of_bests"] = ours["tokens_per_s"] / ref["tokens_per_s"]
         rows.append(row)
-        line = (f"batch {batch:3d} prompt ~{mean_len:.0f} tok + {args.new_tokens} new: ours ({args.dtype}, {ours['decode_matmul']}) "
+        line = (f"batch {batch:3d} prompt ~{mean_len:.0f} tok + {args.new_tokens} new: "
+                f"ours ({args.dtype}, {ours['decode_matmul']}) "
                 f"{ours['tokens_per_s']:7.1f} tok/s (compile {ours['compile_s']:.1f} s)")
         if "transformers" in row:
             where = (f"{row['transformers']['threads']} threads" if torch_device == "cpu"

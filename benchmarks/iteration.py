@@ -23,10 +23,9 @@ PHASES = ("designer", "validation", "hints", "plays", "update")
 
 
 def run_once(config_name: str, overrides: list[str], out: Path) -> dict:
-    from spade_jax.config import load_config  # noqa: PLC0415
-    from spade_jax.run import read_metrics  # noqa: PLC0415
-
-    from experiments.run import run  # noqa: PLC0415
+    from experiments.run import run
+    from spade_jax.config import load_config
+    from spade_jax.run import read_metrics
 
     config = load_config(config_name, ["progress=false", "tensorboard=false", *overrides])
     started = time.perf_counter()

@@ -17,14 +17,13 @@ import os
 import time
 
 import jax
+from rollout import load  # benchmarks/rollout.py: the same tiny-or-named model loader
 
 from spade_jax import roles
 from spade_jax.envs.library import load_library_env
 from spade_jax.rollout import RolloutConfig, play_episodes
 from spade_jax.sampling import Sampler, SamplingConfig
 from spade_jax.selfplay import generations_of
-
-from rollout import load  # benchmarks/rollout.py: the same tiny-or-named model loader
 
 
 class Counted:

@@ -25,12 +25,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
+import jax
+import jax.numpy as jnp
+from generate import bench_model, bench_prompts
 
-from generate import bench_model, bench_prompts  # noqa: E402
-from spade_jax.models.registry import EMBEDDED_MODEL  # noqa: E402
-from spade_jax.sampling import Sampler, SamplingConfig  # noqa: E402
+from spade_jax.models.registry import EMBEDDED_MODEL
+from spade_jax.sampling import Sampler, SamplingConfig
 
 
 def _union_us(intervals: list[tuple[float, float]]) -> float:

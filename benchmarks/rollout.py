@@ -28,12 +28,12 @@ from spade_jax.sampling import Sampler, SamplingConfig
 
 def load(name: str):
     if name == "tiny":
-        from spade_jax.models.presets import get_preset, init_decoder  # noqa: PLC0415
-        from spade_jax.models.tokenizer import byte_tokenizer  # noqa: PLC0415
+        from spade_jax.models.presets import get_preset, init_decoder
+        from spade_jax.models.tokenizer import byte_tokenizer
 
         spec = dataclasses.replace(get_preset("tiny"), max_position=8192)
         return init_decoder(spec, seed=0), byte_tokenizer(eos_token_ids=spec.eos_token_ids)
-    from spade_jax.models.registry import load_model  # noqa: PLC0415
+    from spade_jax.models.registry import load_model
 
     loaded = load_model(name)
     return loaded.model, loaded.tokenizer

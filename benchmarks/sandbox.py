@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spade_jax.envs.backends.sandbox import SandboxConfig, SandboxPool, detect_isolation  # noqa: E402
-from spade_jax.envs.validate import ValidationConfig, validate  # noqa: E402
+from spade_jax.envs.backends.sandbox import SandboxConfig, SandboxPool, detect_isolation  # noqa: E402 (path set up above)
+from spade_jax.envs.validate import ValidationConfig, validate  # noqa: E402 (path set up above)
 
 PROGRAM = (ROOT / "tests" / "envs" / "corpus" / "good" / "guess_number.py").read_text()
 CLASS = "GuessNumberEnv"
@@ -103,7 +103,7 @@ def bench_step(pool, steps):
     actions = ["\\boxed{%d}" % (i % 60) for i in range(steps)]
     ours, base = [], []
     try:
-        for which, target, out in (("sandbox", env, ours), ("in-process", ref, base)):
+        for _which, target, out in (("sandbox", env, ours), ("in-process", ref, base)):
             target.reset(seed=0)
             for action in actions:
                 t = time.perf_counter_ns()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 def make_batch(args, seed=0):
@@ -36,13 +36,14 @@ def make_batch(args, seed=0):
 
 
 def hf_model(args):
-    import torch  # noqa: PLC0415
-    from transformers import LlamaConfig, LlamaForCausalLM  # noqa: PLC0415
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 8 // 3 // 64 * 64 or 64,
-        num_hidden_layers=args.layers, num_attention_heads=args.hidden // 64, num_key_value_heads=max(1, args.hidden // 192),
+        num_hidden_layers=args.layers, num_attention_heads=args.hidden // 64,
+        num_key_value_heads=max(1, args.hidden // 192),
         head_dim=64, max_position_embeddings=max(2048, args.seq), rms_norm_eps=1e-5, rope_theta=100000.0,
         tie_word_embeddings=True, attn_implementation="sdpa",
     )
@@ -51,7 +52,7 @@ def hf_model(args):
 
 def torch_grpo_step_fn(model, args):
     """The same GRPO step in PyTorch: token-level clipped surrogate, clip_grad_norm_, AdamW."""
-    import torch  # noqa: PLC0415
+    import torch
 
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
@@ -78,11 +79,11 @@ def torch_grpo_step_fn(model, args):
 
 
 def ours(model_torch, config, args):
-    import jax  # noqa: PLC0415
-    import jax.numpy as jnp  # noqa: PLC0415
+    import jax
+    import jax.numpy as jnp
 
-    from spade_jax.models.hf import spec_from_hf_config, state_dict_items_to_model  # noqa: PLC0415
-    from spade_jax.rl import RLConfig, TrainBatch, make_train_step  # noqa: PLC0415
+    from spade_jax.models.hf import spec_from_hf_config, state_dict_items_to_model
+    from spade_jax.rl import RLConfig, TrainBatch, make_train_step
 
     spec = spec_from_hf_config(config.to_dict())
     items = ((k, v.detach().numpy()) for k, v in model_torch.state_dict().items())
@@ -95,7 +96,8 @@ def ours(model_torch, config, args):
 
     def to_batch(b):
         return TrainBatch(tokens_bt=b["tokens"], positions_bt=b["positions"], valid_bt=np.ones_like(b["loss_mask"]),
-                          loss_mask_bt=b["loss_mask"], behaviour_logprobs_bt=b["behaviour"], advantages_b=b["advantages"])
+                          loss_mask_bt=b["loss_mask"], behaviour_logprobs_bt=b["behaviour"],
+                          advantages_b=b["advantages"])
 
     holder = {"state": state}
     n_params = sum(x.size for x in jax.tree.leaves(state.params))
@@ -130,11 +132,12 @@ def main():
     ap.add_argument("--logprob-chunk", type=int, default=None)
     ap.add_argument("--bf16", action="store_true", help="bfloat16 compute (ours only; fp32 masters)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--peak-tflops", type=float, default=None, help="accelerator peak for MFU (default: H100/H200 bf16 989)")
+    ap.add_argument("--peak-tflops", type=float, default=None,
+                    help="accelerator peak for MFU (default: H100/H200 bf16 989)")
     ap.add_argument("--skip-torch", action="store_true", help="no PyTorch baseline (e.g. on an accelerator host)")
     args = ap.parse_args()
 
-    import torch  # noqa: PLC0415
+    import torch
 
     torch.set_num_threads(args.threads)
     batches = [make_batch(args, seed) for seed in range(args.steps + 1)]
@@ -144,7 +147,7 @@ def main():
     start = time.perf_counter()
     loss_ours, t_ours = timed(run_ours, batches, warmup=1)
     compile_s = time.perf_counter() - start - t_ours * args.steps
-    import jax  # noqa: PLC0415
+    import jax
 
     result = {
         "model": f"Llama {args.layers}x{args.hidden}, vocab {args.vocab}, {n_params / 1e6:.1f}M params",

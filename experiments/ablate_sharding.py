@@ -24,9 +24,9 @@ def default_meshes(n: int, moe: bool) -> list[str]:
 
 
 def _batch(spec, rows: int, length: int, seed: int = 0):
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
-    from spade_jax.rl.collate import Sample, collate  # noqa: PLC0415
+    from spade_jax.rl.collate import Sample, collate
 
     rng = np.random.default_rng(seed)
     samples = []
@@ -38,14 +38,14 @@ def _batch(spec, rows: int, length: int, seed: int = 0):
 
 
 def measure(model_name: str, mesh_arg: str, *, rows: int, length: int, new_tokens: int, steps: int) -> dict:
-    import jax  # noqa: PLC0415
-    import numpy as np  # noqa: PLC0415
+    import jax
+    import numpy as np
 
-    from spade_jax.mesh import make_mesh, parse_mesh_arg  # noqa: PLC0415
-    from spade_jax.models.registry import load_model  # noqa: PLC0415
-    from spade_jax.rl.config import RLConfig  # noqa: PLC0415
-    from spade_jax.rl.train import make_train_step  # noqa: PLC0415
-    from spade_jax.sampling import Sampler, SamplingConfig  # noqa: PLC0415
+    from spade_jax.mesh import make_mesh, parse_mesh_arg
+    from spade_jax.models.registry import load_model
+    from spade_jax.rl.config import RLConfig
+    from spade_jax.rl.train import make_train_step
+    from spade_jax.sampling import Sampler, SamplingConfig
 
     mesh = make_mesh(parse_mesh_arg(mesh_arg))
     loaded = load_model(model_name, mesh=mesh)
@@ -98,9 +98,9 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None, help="also write the results to this file")
     args = parser.parse_args(argv)
 
-    import jax  # noqa: PLC0415
+    import jax
 
-    from spade_jax.models.presets import PRESETS  # noqa: PLC0415
+    from spade_jax.models.presets import PRESETS
 
     spec = PRESETS.get(args.model)
     meshes = args.meshes.split(";") if args.meshes else default_meshes(jax.device_count(), bool(spec and spec.is_moe))

@@ -35,14 +35,13 @@ def main(argv=None) -> int:
     parser.add_argument("overrides", nargs="*", help="key=value overrides applied to every arm (e.g. model.name=tiny)")
     args = parser.parse_args(argv)
 
-    from spade_jax import evaluation  # noqa: PLC0415
-    from spade_jax.config import ConfigError, load_config  # noqa: PLC0415
-    from spade_jax.models.registry import load_model  # noqa: PLC0415
-    from spade_jax.rollout import AGENT_SYSTEM  # noqa: PLC0415
-    from spade_jax.sampling import SamplingConfig  # noqa: PLC0415
-
-    from experiments.eval import load_run  # noqa: PLC0415
-    from experiments.run import run  # noqa: PLC0415
+    from experiments.eval import load_run
+    from experiments.run import run
+    from spade_jax import evaluation
+    from spade_jax.config import ConfigError, load_config
+    from spade_jax.models.registry import load_model
+    from spade_jax.rollout import AGENT_SYSTEM
+    from spade_jax.sampling import SamplingConfig
 
     if args.batch_size < 1:
         print(f"error: --batch-size must be >= 1, got {args.batch_size}", file=sys.stderr)
@@ -107,7 +106,7 @@ def main(argv=None) -> int:
 
 def finished_iterations(run_dir: Path) -> int | None:
     """The iteration of the run's latest checkpoint, or None when it has none."""
-    from spade_jax.run.checkpoint import Checkpointer  # noqa: PLC0415
+    from spade_jax.run.checkpoint import Checkpointer
 
     if not (run_dir / "checkpoints").is_dir():
         return None
@@ -121,7 +120,7 @@ def finished_iterations(run_dir: Path) -> int | None:
 def train_seconds(run_dir: Path, iterations: int) -> float:
     """Wall time of the run's first `iterations` iterations, from its metrics.jsonl. Each record's
     `wall_s` counts from its process's start, so a resumed run's clock starts again from 0."""
-    from spade_jax.run import read_metrics  # noqa: PLC0415
+    from spade_jax.run import read_metrics
 
     total = previous = 0.0
     for record in read_metrics(run_dir):

@@ -69,7 +69,7 @@ def load_run(run_dir: str | Path) -> tuple[Any, dict]:
     from spade_jax.models.registry import load_model
     from spade_jax.rl.config import RLConfig
     from spade_jax.rl.train import make_train_step
-    from spade_jax.run.checkpoint import CheckpointError, Checkpointer
+    from spade_jax.run.checkpoint import Checkpointer, CheckpointError
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -163,7 +163,9 @@ def _check_out(out: Path) -> None:
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise UsageError(f"--out {out}: cannot create {out.parent} ({err.strerror or err}); choose another path") from None
+        raise UsageError(
+            f"--out {out}: cannot create {out.parent} ({err.strerror or err}); choose another path"
+        ) from None
     try:
         with tempfile.TemporaryFile(dir=out.parent):  # the directory takes new files
             pass

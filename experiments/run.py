@@ -21,7 +21,7 @@ def parse_args(argv):
                "--resume continues the run with its own config.yaml; overrides apply on top.",
     )
     parser.add_argument("--config", default=None,
-                        help="config name in experiments/configs or a YAML path (default: default; "
+                        help="config name in spade_jax/configs or a YAML path (default: default; "
                              "with --resume: the run's own config.yaml)")
     parser.add_argument("--out", default=None, help="run directory (default: runs/<config>-<time>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
@@ -36,7 +36,7 @@ def run(config, out: Path, *, resume: bool = False, config_name: str | None = No
     The directory is held with a lock for the whole run; a fresh run refuses a directory that already
     holds a run, and a start that fails before its first iteration removes the directory it created.
     """
-    from spade_jax.run import RunDir  # noqa: PLC0415
+    from spade_jax.run import RunDir
 
     with RunDir(out, resume=resume, config_name=config_name, overrides=overrides) as run_dir:
         _run_locked(config, run_dir)
@@ -44,17 +44,17 @@ def run(config, out: Path, *, resume: bool = False, config_name: str | None = No
 
 
 def _run_locked(config, run_dir) -> None:
-    import jax  # noqa: PLC0415 (heavy imports after argument errors are reported)
-    import jax.numpy as jnp  # noqa: PLC0415
+    import jax  # heavy imports after argument errors are reported
+    import jax.numpy as jnp
 
-    from spade_jax.config import to_dict  # noqa: PLC0415
-    from spade_jax.envs.backends.sandbox import SandboxPool  # noqa: PLC0415
-    from spade_jax.mesh import make_mesh  # noqa: PLC0415
-    from spade_jax.models.registry import load_model  # noqa: PLC0415
-    from spade_jax.policy import Learner, Policy  # noqa: PLC0415
-    from spade_jax.run import PhaseTimer, RunLogger, setup_logging  # noqa: PLC0415
-    from spade_jax.run.checkpoint import Checkpointer  # noqa: PLC0415
-    from spade_jax.selfplay import SelfPlay  # noqa: PLC0415
+    from spade_jax.config import to_dict
+    from spade_jax.envs.backends.sandbox import SandboxPool
+    from spade_jax.mesh import make_mesh
+    from spade_jax.models.registry import load_model
+    from spade_jax.policy import Learner, Policy
+    from spade_jax.run import PhaseTimer, RunLogger, setup_logging
+    from spade_jax.run.checkpoint import Checkpointer
+    from spade_jax.selfplay import SelfPlay
 
     out, resume = run_dir.out, run_dir.resume
     if config.mesh.distributed:
@@ -74,7 +74,9 @@ def _run_locked(config, run_dir) -> None:
     try:
         policy = Policy(loaded.model, loaded.tokenizer, mesh=mesh)
         learner = Learner(loaded.model, config.rl, mesh=mesh, sandbox=sandbox)
-        checkpoints = Checkpointer(out / "checkpoints", keep=config.keep_checkpoints, save_every=config.checkpoint_every)
+        checkpoints = Checkpointer(
+            out / "checkpoints", keep=config.keep_checkpoints, save_every=config.checkpoint_every
+        )
         start = 0
         trainer_state = None
         if resume:
@@ -114,8 +116,8 @@ def _run_locked(config, run_dir) -> None:
 def _resume_config(args):
     """The run's own config.yaml with the command line's overrides on top; a --config that names
     another experiment than the run's is refused."""
-    from spade_jax.config import ConfigError, load_config, to_dict  # noqa: PLC0415
-    from spade_jax.run import read_record  # noqa: PLC0415
+    from spade_jax.config import ConfigError, load_config, to_dict
+    from spade_jax.run import read_record
 
     out = Path(args.out)
     if not out.is_dir():
@@ -167,11 +169,11 @@ def _interrupted_message(out: Path) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from spade_jax.config import ConfigError, load_config  # noqa: PLC0415
-    from spade_jax.rl.train import TrainingDiverged  # noqa: PLC0415
-    from spade_jax.run import RunDirError, RunDirLocked, check_writable  # noqa: PLC0415
-    from spade_jax.run.checkpoint import CheckpointError  # noqa: PLC0415
-    from spade_jax.selfplay import AllPlaysFailed  # noqa: PLC0415
+    from spade_jax.config import ConfigError, load_config
+    from spade_jax.rl.train import TrainingDiverged
+    from spade_jax.run import RunDirError, RunDirLocked, check_writable
+    from spade_jax.run.checkpoint import CheckpointError
+    from spade_jax.selfplay import AllPlaysFailed
 
     if args.resume and not args.out:
         print("error: --resume needs --out DIR (the run directory to continue)", file=sys.stderr)

@@ -22,15 +22,14 @@ from spade_jax.curriculum.corpus import CorpusConfig
 from spade_jax.envs.backends import BACKEND_CHOICES
 from spade_jax.envs.backends.sandbox import SandboxConfig
 from spade_jax.envs.validate import ValidationConfig
-from spade_jax.knobs import ConfigError, choice, in_range, positive
-from spade_jax.knobs import finite as _finite
+from spade_jax.knobs import ConfigError, choice, finite as _finite, in_range, positive
 from spade_jax.mesh import MeshConfig
 from spade_jax.rl.config import RLConfig
 from spade_jax.roles import RolesConfig
 from spade_jax.rollout import RolloutConfig
 from spade_jax.sampling import SamplingConfig
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "experiments" / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # shipped as package data
 
 
 log = logging.getLogger("spade_jax.config")
@@ -135,7 +134,9 @@ def from_dict(cls, data: dict, prefix: str = ""):
     kwargs = {}
     for key, value in (data or {}).items():
         if key not in names and prefix + key in REMOVED_KEYS:
-            log.warning("config key %s%s is no longer used and is ignored (%s)", prefix, key, REMOVED_KEYS[prefix + key])
+            log.warning(
+                "config key %s%s is no longer used and is ignored (%s)", prefix, key, REMOVED_KEYS[prefix + key]
+            )
             continue
         if key not in names:
             raise _unknown_key(prefix + key, names)
@@ -202,7 +203,7 @@ def merge(base: dict, update: dict) -> dict:
 
 
 def read_yaml(name_or_path: str, _chain: tuple[Path, ...] = ()) -> dict:
-    """Reads a config by name (experiments/configs/NAME.yaml) or path, following `base:` chains."""
+    """Reads a config by name (spade_jax/configs/NAME.yaml) or path, following `base:` chains."""
     path = Path(name_or_path)
     if not path.suffix:
         path = CONFIG_DIR / f"{name_or_path}.yaml"
@@ -269,7 +270,7 @@ field = dataclasses.field
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """Everything one run needs; experiments/configs/default.yaml is a commented copy."""
+    """Everything one run needs; spade_jax/configs/default.yaml is a commented copy."""
 
     mode: str = "selfplay"  # selfplay (SPADE) or fixed_pool (agent-only GRPO on env_pool)
     seed: int = 0  # seeds every random choice of the run
@@ -277,8 +278,11 @@ class Config:
     regen_interval: int = 4  # SPADE: a new environment pool every this many iterations
     pool_size: int = 24  # SPADE: environments the designer writes per regeneration
     group_size: int = 16  # SPADE's G: plays per environment and arm (GRPO group size); the hinted arm's plays
-    nohint_plays_total: int | None = None  # SPADE: 192, no-hint plays per game = ceil(this / valid games); None: group_size
-    global_batch: int | None = None  # SPADE: 192 samples per update, designer samples first, agent samples trimmed or upsampled to fill; None: every sample once
+    # SPADE: 192, no-hint plays per game = ceil(this / valid games); None: group_size
+    nohint_plays_total: int | None = None
+    # SPADE: 192 samples per update, designer samples first, agent samples trimmed or upsampled to fill;
+    # None: every sample once
+    global_batch: int | None = None
     design_attempts: int = 5  # SPADE: an invalid design is generated again, up to this many attempts per pool slot
     min_valid_envs: int = 0  # top the pool up with library environments to this many valid ones
     train_designer: bool = True  # False: the frozen-designer ablation
@@ -287,7 +291,9 @@ class Config:
     env_pool: str | None = None  # fixed_pool: directory of *.py environment programs (default: the library)
     backend: str = "auto"  # environment backend: auto (JAX where the program fits), jax or sandbox
     max_parallel_episodes: int = 64  # episodes played in lockstep (each sandboxed env is a process)
-    play_loop: str = "host"  # host: one generate call per turn over every env; device: JAX-backend envs play inside one compiled loop each (fast per episode on accelerators, one compile per program)
+    # host: one generate call per turn over every env; device: JAX-backend envs play inside one compiled loop
+    # each (fast per episode on accelerators, one compile per program)
+    play_loop: str = "host"
     checkpoint_every: int = 1  # save a checkpoint every this many iterations
     keep_checkpoints: int = 3  # checkpoints kept on disk (older ones are deleted)
     tensorboard: bool = True  # write TensorBoard event files
@@ -331,7 +337,9 @@ class Config:
             if dataclasses.is_dataclass(value):
                 for knob in dataclasses.fields(value):
                     if not _finite(getattr(value, knob.name)):
-                        raise ConfigError(f"{section.name}.{knob.name}={getattr(value, knob.name)!r} must be a finite number")
+                        raise ConfigError(
+                            f"{section.name}.{knob.name}={getattr(value, knob.name)!r} must be a finite number"
+                        )
         # What RLConfig (spade_jax/rl/config.py) leaves unchecked.
         positive(self.rl.adam_eps, "rl.adam_eps")
         in_range(self.rl.seed, 0, MAX_SEED, "rl.seed")

@@ -20,12 +20,19 @@ Messages = list[dict[str, str]]
 
 @dataclasses.dataclass(frozen=True)
 class RolesConfig:
-    edit_prob: float = 0.8  # chance a design is an edit of a past or library environment (ACCEL-style) rather than written from nothing
-    edit_from_memory_prob: float = 0.5  # in edit mode, chance the base comes from memory (when it has positives) instead of the library
-    tune_prob: float = 0.0  # share of edits that only retune the base's UPPERCASE constants (ACCEL's small edits); the rest are full rewrites
-    tune_show_program: bool = True  # tune prompts show the whole base program, not only its docstring and constants (a 135M model tunes far less reliably with it)
-    tune_max_new_tokens: int = 160  # token budget of a tune reply (a few `NAME = value` lines; capped by designer_sampling's), sampled in its own batch
-    repair: bool = True  # give an invalid program one repair turn (the repaired program feeds the agent, not the designer's reward)
+    # chance a design is an edit of a past or library environment (ACCEL-style) rather than written from nothing
+    edit_prob: float = 0.8
+    # in edit mode, chance the base comes from memory (when it has positives) instead of the library
+    edit_from_memory_prob: float = 0.5
+    # share of edits that only retune the base's UPPERCASE constants (ACCEL's small edits); the rest are full rewrites
+    tune_prob: float = 0.0
+    # tune prompts show the whole base program, not only its docstring and constants
+    # (a 135M model tunes far less reliably with it)
+    tune_show_program: bool = True
+    # token budget of a tune reply (a few `NAME = value` lines; capped by designer_sampling's), sampled in its own batch
+    tune_max_new_tokens: int = 160
+    # give an invalid program one repair turn (the repaired program feeds the agent, not the designer's reward)
+    repair: bool = True
     max_hint_sentences: int = 3  # hints are cut to this many sentences
     max_prompt_chars: int = 18_000  # designer prompt budget (~5k tokens: leaves ~3k of an 8k context for the program)
     doc_max_chars: int = 6_000  # most of a grounding document shown to the designer
@@ -34,7 +41,8 @@ class RolesConfig:
     memory_example_max_chars: int = 2_000  # each past environment from memory is cut to this (SPADE: 2000)
     hint_source_max_chars: int = 12_000  # environment source shown to the hint writer
     library_example: bool = True  # show one library environment in write mode
-    jax_subset_advice: bool = True  # tell the designer which Python subset the JAX backend transpiles (ours; the reference has no such line)
+    # tell the designer which Python subset the JAX backend transpiles (ours; the reference has no such line)
+    jax_subset_advice: bool = True
 
     def __post_init__(self):
         for name in ("edit_prob", "edit_from_memory_prob", "tune_prob"):
@@ -73,7 +81,7 @@ Rules:
 - Rewards lie in [0, 1]. The step that reaches the goal returns 1.0 with terminated=True. A loss ends the episode (terminated=True) with partial credit below 1.0 for the progress made (0.0 for none); other steps may return partial progress below 1.0. The reward of the step that ends the episode is the score. When the turn limit (at most 25 turns) runs out: reward 0.0, terminated=False, truncated=True.
 - Self-verifying: step() checks every answer itself against the hidden state, and solution() wins by that same check.
 - Robust to malformed actions: an action that is empty, has no \\boxed{...}, or holds an unknown or illegal command never raises; it uses up a turn, earns 0.0, and the observation says why and what is legal. Every path of step() returns the 5-tuple.
-- Before you reply, trace your program: solution() from reset(seed=0) must reach the goal, and two different action sequences must lead to different observations."""
+- Before you reply, trace your program: solution() from reset(seed=0) must reach the goal, and two different action sequences must lead to different observations."""  # noqa: E501 (prompt text, one line per rule)
 # What the JAX backend transpiles (spade_jax.roles.RolesConfig.jax_subset_advice).
 JAX_SUBSET_ADVICE = (
     "Fast subset (preferred): state in ints, bools and fixed-length lists of ints; randomness only in reset; "
@@ -183,7 +191,9 @@ def _edit_direction(win_rate: float | None, low: float = 0.4, high: float = 0.6)
     return "easier" if win_rate < low else "different"
 
 
-def _edit_instruction(win_rate: float | None, low: float = 0.4, high: float = 0.6, lead: str = "Rewrite it into") -> str:
+def _edit_instruction(
+    win_rate: float | None, low: float = 0.4, high: float = 0.6, lead: str = "Rewrite it into"
+) -> str:
     return {
         "harder": f"{lead} a HARDER variant: more steps, larger state or a less obvious rule.",
         "easier": f"{lead} an EASIER variant: fewer steps, a smaller state or clearer feedback.",
@@ -214,7 +224,8 @@ def designer_prompt(
     if mode not in ("write", "edit", "tune"):
         raise ValueError(f"designer mode must be 'write', 'edit' or 'tune', got {mode!r}")
     if mode in ("edit", "tune") and not base_program:
-        raise ValueError(f"{mode} mode needs base_program (the environment to {'rewrite' if mode == 'edit' else 'tune'})")
+        verb = "rewrite" if mode == "edit" else "tune"
+        raise ValueError(f"{mode} mode needs base_program (the environment to {verb})")
     if mode == "tune":
         return tune_prompt(skill, base_program, base_win_rate, cfg, document=document, positives=positives,
                            negatives=negatives)

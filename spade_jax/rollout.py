@@ -20,7 +20,8 @@ class RolloutConfig:
     max_turns: int = 25  # SPADE's turn limit per episode
     max_context_tokens: int = 4096  # an episode whose tokens would pass this is cut (truncated)
     loss_on_truncated: bool = False  # SPADE: trajectories cut by the turn limit carry no loss
-    system_prompt: str | None = None  # the agent's system turn (self-play and evaluation: None is AGENT_SYSTEM below, "" none)
+    # the agent's system turn (self-play and evaluation: None is AGENT_SYSTEM below, "" none)
+    system_prompt: str | None = None
     # Text every agent reply starts with, forced rather than sampled (prompt side: no loss, no
     # logprob). "\\boxed{" with the stop string "}" makes a small model answer in the action format.
     reply_prefix: str = ""
@@ -28,10 +29,16 @@ class RolloutConfig:
     # An environment failure during play (raised, timed out, sandbox died) ends the episode with this
     # reward (SPADE's synthetic_game_env.py: -1; episode rewards are clipped to [-1, 1]).
     env_error_reward: float = -1.0
-    train_on_env_errors: bool = True  # such an episode counts as terminated and carries loss (SPADE); False: cut, no reward, no loss
-    action: str = "first_boxed"  # what the environment receives: first_boxed (SPADE: the reply's first \\boxed{...}, the whole reply when it has none) or reply (the whole reply)
-    observation_suffix: str = ""  # appended to every observation the agent sees (SPADE's recipe asks to reason step by step and answer in \\boxed{})
-    end_on_cut_reply: bool = False  # SPADE: a reply cut by max_new_tokens (no EOS or stop string) ends the episode, truncated
+    # True: an episode ended by such a failure counts as terminated and carries loss (SPADE);
+    # False: cut, no reward, no loss
+    train_on_env_errors: bool = True
+    # what the environment receives: first_boxed (SPADE: the reply's first \\boxed{...},
+    # the whole reply when it has none) or reply (the whole reply)
+    action: str = "first_boxed"
+    # appended to every observation the agent sees (SPADE's recipe asks to reason step by step and answer in \\boxed{})
+    observation_suffix: str = ""
+    # SPADE: a reply cut by max_new_tokens (no EOS or stop string) ends the episode, truncated
+    end_on_cut_reply: bool = False
 
     def __post_init__(self):
         positive(self.max_turns, "rollout.max_turns")
@@ -172,7 +179,7 @@ ENV_ERROR_KINDS = ("exception", "timeout", "sandbox_died")
 
 def classify_env_error(err: BaseException) -> str:
     """One of ENV_ERROR_KINDS for an exception raised by an environment's reset or step."""
-    from spade_jax.envs.backends.sandbox import EnvCrashed, EnvError, EnvTimeout, SandboxError  # noqa: PLC0415
+    from spade_jax.envs.backends.sandbox import EnvCrashed, EnvError, EnvTimeout, SandboxError
 
     if isinstance(err, (EnvTimeout, TimeoutError)):
         return "timeout"
@@ -201,7 +208,7 @@ def _step_all(executor, envs, actions):
     for future in futures:
         try:
             results.append(future.result())
-        except Exception as err:  # noqa: BLE001 (an environment crash ends its episode, not the run)
+        except Exception as err:  # an environment crash ends its episode, not the run
             results.append(err)
     return results
 
@@ -240,7 +247,7 @@ def play_episodes(
             streams.append(stream)
             try:
                 obs, _info = future.result()
-            except Exception as err:  # noqa: BLE001 (an environment crash ends its episode, not the run)
+            except Exception as err:  # an environment crash ends its episode, not the run
                 end_on_env_error(traj, err, "reset", config)
                 continue
             traj.observations.append(obs)

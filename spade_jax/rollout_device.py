@@ -80,7 +80,9 @@ class ChatGlue:
         def glue_after(history, reply, obs):
             """ChatStream.next_turn's text around `obs`: (tail + user header, user end + reply header)."""
             through = render(history + [{"role": "assistant", "content": reply}], False)
-            following = render(history + [{"role": "assistant", "content": reply}, {"role": "user", "content": obs}], True)
+            following = render(
+                history + [{"role": "assistant", "content": reply}, {"role": "user", "content": obs}], True
+            )
             if not following.startswith(through):
                 raise ValueError("the chat template re-renders earlier turns when a turn is added; use the host loop")
             tail = through[through.rfind(reply) + len(reply):]
@@ -299,7 +301,7 @@ class ObservationTokens:
     """
 
     def __init__(self, env, tokenizer, kind: int, max_tokens: int | None = None):
-        from spade_jax.envs.backends.jax.ir import FCat, FFloat, FInt, FLit, FSel, FStr  # noqa: PLC0415
+        from spade_jax.envs.backends.jax.ir import FCat, FFloat, FInt, FLit, FSel, FStr
 
         def encode(text):
             return [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]
@@ -307,7 +309,9 @@ class ObservationTokens:
         def single(ch):
             ids = encode(ch)
             if len(ids) != 1:
-                raise ValueError(f"the tokenizer splits {ch!r} into {len(ids)} tokens; device rendering of numbers needs one")
+                raise ValueError(
+                    f"the tokenizer splits {ch!r} into {len(ids)} tokens; device rendering of numbers needs one"
+                )
             return ids[0]
 
         self.env, self.kind = env, kind
@@ -447,7 +451,9 @@ class ObservationTokens:
         sid = t["str_start"].shape[0]
         str_row = jnp.clip(t["lit_start"] + (ints[t["str_slot"]] if ints.shape[0] else 0), 0, sid - 1)
         kind = t["kind"]
-        start = jnp.where(kind == 0, t["lit_start"], jnp.where(kind == 1, t["str_start"][str_row], t["dyn_row"] * width))
+        start = jnp.where(
+            kind == 0, t["lit_start"], jnp.where(kind == 1, t["str_start"][str_row], t["dyn_row"] * width)
+        )
         length = jnp.where(kind == 0, t["lit_len"], jnp.where(kind == 1, t["str_len"][str_row], dyn_len[t["dyn_row"]] if
                                                              self.int_slots.size else 0))
         if self.other:
@@ -632,7 +638,7 @@ class DeviceRollout:
 
             def append(j, carry):
                 cache, _ = carry
-                cut = lambda x: jax.lax.dynamic_slice_in_dim(x, j * block, block, axis=1)  # noqa: E731
+                cut = lambda x: jax.lax.dynamic_slice_in_dim(x, j * block, block, axis=1)  # noqa: E731 (local one-liner)
                 # Attention costs queries x cache slots; run each block against the smallest window of
                 # slots (a few compiled sizes) that holds everything written so far.
                 rung = jnp.sum(jnp.asarray(windows) < cache.index + block)
@@ -786,7 +792,8 @@ class DeviceRollout:
             params, head = PACKED_WEIGHTS.get(graphdef, params)
         out = run(graphdef, params, head, self.actions.device_tables(), jnp.asarray(reset_keys),
                   jnp.asarray(hint_tokens), jnp.asarray([len(h) for h in hint_ids], jnp.int32), jnp.ones((n,), bool),
-                  key, sampling_knobs(self.sampling), jnp.int32(self.rollout.max_context_tokens), slots=slots, packed=packed)
+                  key, sampling_knobs(self.sampling), jnp.int32(self.rollout.max_context_tokens),
+                  slots=slots, packed=packed)
         out = jax.device_get(out)
         if out["overflow"].any():
             raise ValueError(f"an observation rendered to more than observation_tokens={self.obs_width} tokens; "
@@ -801,8 +808,9 @@ class DeviceRollout:
         trajectories = []
         for row in range(len(groups)):
             first = [int(t) for t in out["first"][row, : int(out["first_len"][row])]]
-            traj = Trajectory(first, [0] * len(first), [0.0] * len(first), [], [env.render_text(
-                self._record(out["first_record"], row))], [], group=groups[row], meta={"hinted": hints[row] is not None})
+            first_text = env.render_text(self._record(out["first_record"], row))
+            traj = Trajectory(first, [0] * len(first), [0.0] * len(first), [], [first_text], [],
+                              group=groups[row], meta={"hinted": hints[row] is not None})
             finished = False
             for turn in range(config.max_turns):
                 if not out["active"][turn, row]:

@@ -19,8 +19,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from spade_jax import roles
-from spade_jax.curriculum import DESIGNER_SCORES, EnvMemory, EnvRecord, ScoreInputs, designer_advantages, hint_regret
-from spade_jax.curriculum import designer_scores, plr, skills_for_regeneration
+from spade_jax.curriculum import (
+    DESIGNER_SCORES,
+    EnvMemory,
+    EnvRecord,
+    ScoreInputs,
+    designer_advantages,
+    designer_scores,
+    hint_regret,
+    plr,
+    skills_for_regeneration,
+)
 from spade_jax.curriculum.corpus import load_corpus
 from spade_jax.envs.api import extract_boxed
 from spade_jax.envs.backends import compile_env
@@ -238,7 +247,7 @@ class SelfPlay:
 
     def fill_from_library(self, pool: list[PoolEnv]) -> list[PoolEnv]:
         """Tops the pool up with library environments so the agent always has `min_valid_envs` to play."""
-        from spade_jax.envs.library import library_programs  # noqa: PLC0415
+        from spade_jax.envs.library import library_programs
 
         valid = sum(e.valid for e in pool)
         programs = library_programs()
@@ -269,7 +278,7 @@ class SelfPlay:
                 continue
             arms = ("nohint", "hint") if hinted and env.hint else ("nohint",)
             for arm in arms:
-                for g in range(plays[arm]):
+                for _ in range(plays[arm]):
                     jobs.append((env, arm, int(self.rng.integers(2**31))))
         trajectories = []
         if cfg.play_loop == "device":
@@ -295,7 +304,7 @@ class SelfPlay:
                     if close:
                         try:
                             close()
-                        except Exception:  # noqa: BLE001 (closing a crashed env must not end the run)
+                        except Exception:  # closing a crashed env must not end the run
                             pass
         self.report_env_errors(trajectories)
         return trajectories
@@ -490,7 +499,9 @@ class SelfPlay:
         n = min(int(self.rng.binomial(self.cfg.pool_size, c.plr_replay_prob)), int(self.plr.size))
         if n == 0:
             return []
-        self.plr, slots, level_ids = plr.sample_replay(self._key("plr"), self.plr, n, c.plr_temperature, c.plr_staleness)
+        self.plr, slots, level_ids = plr.sample_replay(
+            self._key("plr"), self.plr, n, c.plr_temperature, c.plr_staleness
+        )
         envs = []
         for slot, level_id in zip(np.asarray(slots).tolist(), np.asarray(level_ids).tolist()):
             level = self.plr_levels[level_id]
@@ -639,7 +650,7 @@ class _BrokenEnv:
 def fixed_pool_envs(env_pool: str | None) -> list[PoolEnv]:
     """The fixed pool: every `*.py` program in a directory, or the library when none is given."""
     if not env_pool:
-        from spade_jax.envs.library import library_programs  # noqa: PLC0415
+        from spade_jax.envs.library import library_programs
 
         return [PoolEnv(f"lib-{p.name}", p.skill, "library", p.source, True) for p in library_programs()]
     root = Path(env_pool)

@@ -3,7 +3,6 @@ advantages out (worked out by hand below from the formulas in SPADE.md, step 9),
 rows reaching the train step with their truncated importance weights, and the update moving the
 policy toward the positively scored design and away from the negative ones."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -140,7 +139,8 @@ def _design_logprob(model, sample):
     tokens = np.asarray(sample.tokens)[None]
     positions = np.arange(tokens.shape[1])[None]
     logits = np.asarray(model(jnp.asarray(tokens), jnp.asarray(positions))[0], np.float64)[0]
-    logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
+    top = logits.max(-1, keepdims=True)
+    logp = logits - np.log(np.exp(logits - top).sum(-1, keepdims=True)) - top
     picked = logp[np.arange(len(sample.tokens) - 1), tokens[0, 1:]]
     mask = np.asarray(sample.loss_mask[1:], bool)
     return picked[mask]

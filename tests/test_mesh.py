@@ -75,10 +75,10 @@ def test_logical_to_spec_drops_axes_that_cannot_shard():
 
 
 def test_param_shardings_follow_the_model_state():
-    from flax import nnx  # noqa: PLC0415
+    from flax import nnx
 
-    from spade_jax.models.decoder import Decoder  # noqa: PLC0415
-    from spade_jax.models.presets import get_preset  # noqa: PLC0415
+    from spade_jax.models.decoder import Decoder
+    from spade_jax.models.presets import get_preset
 
     abstract = nnx.eval_shape(lambda: Decoder(get_preset("tiny-moe"), rngs=nnx.Rngs(0)))
     mesh = make_mesh(MeshConfig())
@@ -94,7 +94,7 @@ def test_sharded_2x4_equals_unsharded_on_8_cpu_devices(tmp_path):
     checkpoints = []
     try:
         sys.path.insert(0, str(ROOT / "tests" / "models"))
-        from hf_tiny import hf_model, save_hf  # noqa: PLC0415
+        from hf_tiny import hf_model, save_hf
 
         checkpoints.append(str(save_hf(hf_model("qwen3_moe", seed=21), tmp_path / "qwen3_moe")))
     except ImportError:  # no torch: the random-init cases still run

@@ -155,7 +155,9 @@ def test_design_request_modes_and_determinism():
             assert memory[env_id].source.strip() in user
     again = design_request(np.random.default_rng(3), "optimization", corpus, memory, library)
     assert again == requests[3]
-    only_write = design_request(np.random.default_rng(0), "optimization", corpus, None, library, RolesConfig(edit_prob=0.0))
+    only_write = design_request(
+        np.random.default_rng(0), "optimization", corpus, None, library, RolesConfig(edit_prob=0.0)
+    )
     assert only_write.mode == "write" and "class Lib4Env" in only_write.messages[1]["content"]
     assert only_write.positive_ids == only_write.negative_ids == ()
     assert MEMORY_POSITIVES_HEADER not in only_write.messages[1]["content"]
@@ -179,7 +181,8 @@ def test_design_request_ablations_change_only_what_they_remove():
         full = design_request(np.random.default_rng(seed), "optimization", corpus, memory, library, cfg)
         no_memory = design_request(np.random.default_rng(seed), "optimization", corpus, None, library, cfg)
         no_corpus = design_request(np.random.default_rng(seed), "optimization", None, memory, library, cfg)
-        assert full.mode == no_memory.mode == no_corpus.mode and full.base_name == no_memory.base_name == no_corpus.base_name
+        assert full.mode == no_memory.mode == no_corpus.mode
+        assert full.base_name == no_memory.base_name == no_corpus.base_name
         assert full.document_title == no_memory.document_title and no_corpus.document_title is None
         assert (full.positive_ids, full.negative_ids) == (no_corpus.positive_ids, no_corpus.negative_ids)
 
@@ -217,7 +220,8 @@ def test_hint_prompt_and_parse_hint():
                                  "Keep count of the moves left.")
     assert parse_hint(reply, max_sentences=1) == "Work backwards from the target."
     leak = "Press mul, then add, then add. Prefer the operation that grows fastest."
-    assert parse_hint(leak, solution=["\\boxed{mul}", "\\boxed{add}", "\\boxed{add}"]) == "Prefer the operation that grows fastest."
+    solution = ["\\boxed{mul}", "\\boxed{add}", "\\boxed{add}"]
+    assert parse_hint(leak, solution=solution) == "Prefer the operation that grows fastest."
     assert parse_hint("The secret word is apple. Think about fruit.", solution="\\boxed{apple}") == "Think about fruit."
     assert parse_hint("<think>the answer is 3</think>Count the odd ones.") == "Count the odd ones."
     assert parse_hint("```python\nprint(1)\n```") == ""

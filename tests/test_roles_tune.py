@@ -75,7 +75,8 @@ def test_tune_prompt_lists_constants_and_asks_for_assignments():
     short = designer_prompt("pattern recognition", None, mode="tune", base_program=base, base_win_rate=0.5,
                             cfg=RolesConfig(tune_show_program=False))[3]["content"]
     assert "def reset" not in short and "DIFFERENT" in short and "Agent win rate: 0.50." in short
-    assert short.startswith("Skill to train: pattern recognition") and "\n\nGame OddOneOutEnv: Pattern recognition: find" in short
+    assert short.startswith("Skill to train: pattern recognition")
+    assert "\n\nGame OddOneOutEnv: Pattern recognition: find" in short
     assert "LIVES = 2  # the LIVES-th wrong pick loses" in short
     with pytest.raises(ValueError, match="edit mode"):
         designer_prompt("optimization", None, mode="tune", base_program="class PlainEnv:\n    pass\n")

@@ -5,7 +5,12 @@ import pytest
 from spade_jax.envs.library import load_library_env
 from spade_jax.models.tokenizer import byte_tokenizer
 from spade_jax.rollout import (
-    ENV_ERROR_KINDS, ChatStream, Generation, RolloutConfig, classify_env_error, play_episodes,
+    ENV_ERROR_KINDS,
+    ChatStream,
+    Generation,
+    RolloutConfig,
+    classify_env_error,
+    play_episodes,
 )
 
 

@@ -162,8 +162,8 @@ def test_sampled_device_loop_equals_host_loop_with_the_same_random_stream(odd_en
     seeds = list(range(8))
     hints = [None, "Check the squares first.", None, None, None, "Primes.", None, None]
     sampling = SamplingConfig(max_new_tokens=20, temperature=1.0)
-    host, device = _play_both(odd_env, model, tokenizer, sampling, RolloutConfig(max_turns=4, max_context_tokens=1300), seeds, hints,
-                              jax.random.key(7))
+    rollout = RolloutConfig(max_turns=4, max_context_tokens=1300)
+    host, device = _play_both(odd_env, model, tokenizer, sampling, rollout, seeds, hints, jax.random.key(7))
     _assert_same(host, device)
     replies = [a for t in device for a in t.actions]
     assert len(set(replies)) >= 3  # different picks
@@ -191,11 +191,13 @@ def test_chat_glue_rebuilds_the_chat_stream():
     eos = tokenizer.eos_token_ids[0]
     glue = ChatGlue.build(tokenizer, "Be brief.", tokenizer.eos_token_ids)
     stream = ChatStream(tokenizer, "Be brief.")
-    assert stream.first_turn("obs one") == list(glue.first_prefix) + tokenizer.encode("obs one") + list(glue.first_suffix)
+    first = stream.first_turn("obs one")
+    assert first == list(glue.first_prefix) + tokenizer.encode("obs one") + list(glue.first_suffix)
     for reply_text, ends in (("I pick \\boxed{2}", True), ("cut off \\box", False)):
         reply = tokenizer.encode(reply_text) + ([eos] if ends else [])
         variant = glue.after_reply[1 if ends else 0]
-        assert stream.next_turn(reply, "obs two") == list(variant) + tokenizer.encode("obs two") + list(glue.before_reply)
+        turn = stream.next_turn(reply, "obs two")
+        assert turn == list(variant) + tokenizer.encode("obs two") + list(glue.before_reply)
 
 
 def test_observation_tokens_decode_to_the_rendered_text(odd_env):

@@ -8,8 +8,8 @@ import pytest
 
 from spade_jax.config import load_config
 from spade_jax.envs.backends import compile_env
-from spade_jax.envs.library import library_program
 from spade_jax.envs.backends.sandbox import SandboxPool
+from spade_jax.envs.library import library_program
 from spade_jax.models.registry import load_model
 from spade_jax.policy import Policy
 from spade_jax.selfplay import PoolEnv, SelfPlay, env_error_metrics

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from spade_jax.config import load_config
-from spade_jax.envs.library import library_program
 from spade_jax.envs.backends.sandbox import SandboxPool
+from spade_jax.envs.library import library_program
 from spade_jax.selfplay import PoolEnv, SelfPlay
 
 

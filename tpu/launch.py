@@ -226,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="skip apt-get of pip, build tools, git and bubblewrap")
 
     run = parsers["run"]
-    run.add_argument("--config", default="default", help="experiments/configs name or YAML path")
+    run.add_argument("--config", default="default", help="spade_jax/configs name or YAML path")
     run.add_argument("--out", help="run directory on the workers (default: runs/<config>-<name>)")
     run.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     run.add_argument("--foreground", action="store_true", help="stream output instead of detaching")

@@ -19,8 +19,8 @@ from spade_jax.curriculum.scores import (
     learning_potential,
     paired_regret,
     plateau,
-    solve_rate_band,
     plateau_input,
+    solve_rate_band,
     spade_blend,
 )
 
@@ -45,7 +45,8 @@ def skills_for_regeneration(regen_index: int, per_regen: int = 3, skills: tuple[
 
 @dataclasses.dataclass(frozen=True)
 class CurriculumConfig:
-    score: str = "spade_blend"  # designer score: spade_blend | hint_regret | solve_rate | learning_potential | learnability | paired
+    # designer score: spade_blend | hint_regret | solve_rate | learning_potential | learnability | paired
+    score: str = "spade_blend"
     band_low: float = 0.4  # win rate where the plateau starts (score 1 inside [low, high])
     band_high: float = 0.6  # win rate where the plateau ends
     band_ramp: float = 0.25  # width of the linear fall to 0 on each side of the plateau
@@ -55,8 +56,11 @@ class CurriculumConfig:
     lp_fast_rate: float = 0.5  # learning potential: step of the fast win-rate EMA
     lp_slow_rate: float = 0.1  # learning potential: step of the slow win-rate EMA
     hung_penalty: float = -0.5  # designer score of an environment whose step() hung (pure-regret variant)
-    train_invalid_designs: bool = False  # SPADE: invalid designs are never trained; True: they score 0, are trained and join their skill's mean
-    plateau_input: str = "mean_reward"  # the plateau's w: mean_reward (SPADE: mean raw episode reward over the window, failed plays -1) or win_rate (share of plays won)
+    # SPADE: invalid designs are never trained; True: they score 0, are trained and join their skill's mean
+    train_invalid_designs: bool = False
+    # the plateau's w: mean_reward (SPADE: mean raw episode reward over the window, failed plays -1)
+    # or win_rate (share of plays won)
+    plateau_input: str = "mean_reward"
     max_designer_scale: float = 50.0  # cap on min(agent / designer samples * regen_interval, cap)
     skills_per_regen: int = 3  # skills covered by one regeneration, round-robin over SKILLS
     memory_size: int = 200  # environment memory capacity; the oldest record is evicted
@@ -66,7 +70,8 @@ class CurriculumConfig:
     positive_high: float = 0.85  # ... and at most this
     negative_easy: float = 0.9  # a negative is too easy above this win rate
     negative_hard: float = 0.1  # ... or too hard below this one
-    positive_pool: int | None = None  # positives are drawn at random from this many top-regret candidates (None: SPADE's max(3n, 10))
+    # positives are drawn at random from this many top-regret candidates (None: SPADE's max(3n, 10))
+    positive_pool: int | None = None
     plr: bool = False  # replay high-regret environments to the agent from a PLR buffer (beyond SPADE)
     plr_capacity: int = 256  # PLR buffer slots
     plr_temperature: float = 0.3  # beta in rank^(-1/beta): lower is greedier
@@ -79,7 +84,9 @@ class CurriculumConfig:
         if self.score not in DESIGNER_SCORES:
             raise ValueError(f"curriculum.score={self.score!r} is unknown; choose one of {sorted(DESIGNER_SCORES)}")
         if self.plr_score not in DESIGNER_SCORES:
-            raise ValueError(f"curriculum.plr_score={self.plr_score!r} is unknown; choose one of {sorted(DESIGNER_SCORES)}")
+            raise ValueError(
+                f"curriculum.plr_score={self.plr_score!r} is unknown; choose one of {sorted(DESIGNER_SCORES)}"
+            )
         if not 0.0 <= self.band_low <= self.band_high <= 1.0:
             raise ValueError("curriculum.band_low and band_high must satisfy 0 <= low <= high <= 1")
         if self.band_ramp < 0 or self.regret_scale <= 0:
@@ -94,7 +101,7 @@ class CurriculumConfig:
             raise ValueError(f"curriculum.plateau_input={self.plateau_input!r}: choose mean_reward or win_rate")
         if not 0 < self.skills_per_regen <= len(SKILLS):
             raise ValueError(f"curriculum.skills_per_regen must be in [1, {len(SKILLS)}]")
-        if not (0.0 <= self.plr_staleness <= 1.0 and 0.0 <= self.plr_replay_prob <= 1.0 and 0.0 <= self.plr_min_fill <= 1.0):
+        if not all(0.0 <= p <= 1.0 for p in (self.plr_staleness, self.plr_replay_prob, self.plr_min_fill)):
             raise ValueError("curriculum.plr_staleness, plr_replay_prob and plr_min_fill must be in [0, 1]")
         if self.plr_temperature <= 0 or self.plr_capacity < 1:
             raise ValueError("curriculum.plr_temperature must be > 0 and plr_capacity >= 1")

@@ -115,7 +115,9 @@ def from_jsonl(path: str | pathlib.Path, text_key: str = "text", title_key: str 
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{number} is not valid JSON ({e.msg}); the corpus needs one object per line") from None
+                raise ValueError(
+                    f"{path}:{number} is not valid JSON ({e.msg}); the corpus needs one object per line"
+                ) from None
             if not isinstance(row, dict):
                 raise ValueError(f"{path}:{number} is not a JSON object; the corpus needs one object per line")
             documents.append(_doc_from_row(row, text_key, title_key, f"{path.stem} #{number}", f"{path}:{number}"))
@@ -129,7 +131,9 @@ def from_folder(directory: str | pathlib.Path, patterns: Iterable[str] = ("*.txt
     if not directory.is_dir():
         raise ValueError(f"corpus folder {directory} does not exist (set corpus.path to a directory of text files)")
     files = sorted({p for pattern in patterns for p in directory.rglob(pattern) if p.is_file()})
-    documents = [Document(str(p.relative_to(directory)), p.read_text(encoding="utf-8", errors="replace")) for p in files]
+    documents = [
+        Document(str(p.relative_to(directory)), p.read_text(encoding="utf-8", errors="replace")) for p in files
+    ]
     return ListCorpus(documents, max_chars, min_chars, source=str(directory))
 
 

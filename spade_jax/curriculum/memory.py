@@ -36,8 +36,12 @@ class EnvRecord:
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - fields
         if unknown:
-            raise ValueError(f"environment memory record has unknown keys {sorted(unknown)}; was it saved by another version?")
-        clean = {k: (float("nan") if v is None and k in ("regret", "win_rate", "score") else v) for k, v in data.items()}
+            raise ValueError(
+                f"environment memory record has unknown keys {sorted(unknown)}; was it saved by another version?"
+            )
+        clean = {
+            k: (float("nan") if v is None and k in ("regret", "win_rate", "score") else v) for k, v in data.items()
+        }
         return cls(**clean)
 
 

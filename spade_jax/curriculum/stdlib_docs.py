@@ -81,7 +81,9 @@ def _entries(module) -> list[str]:
                     continue
                 method_doc = _own_doc(method)
                 if method_doc:
-                    lines.append(f"  {name}.{method_name}{_signature(method)}\n    " + method_doc.replace("\n", "\n    "))
+                    lines.append(
+                        f"  {name}.{method_name}{_signature(method)}\n    " + method_doc.replace("\n", "\n    ")
+                    )
             if doc or len(lines) > 1:
                 entries.append("\n".join(lines))
         elif callable(obj):
@@ -120,7 +122,7 @@ def build(part_chars: int = 12_000, modules: tuple[str, ...] = EMBEDDED_MODULES)
         for name in modules:
             try:
                 module = importlib.import_module(name)
-            except Exception:  # noqa: BLE001 - a module missing from this interpreter is just skipped
+            except Exception:  # a module missing from this interpreter is just skipped
                 continue
             if id(module) not in seen:
                 seen.add(id(module))

@@ -2,7 +2,6 @@
 backends that run programs (backends/: sandbox and JAX), GEM adapters and the `check`/`play` CLI."""
 
 from spade_jax.envs.api import Episode, TextEnv, episode_reward, extract_boxed, run_episode
-from spade_jax.envs.program import ProgramError, check_imports, extract_code, find_env_class
 from spade_jax.envs.backends.sandbox import (
     EnvCrashed,
     EnvError,
@@ -13,6 +12,7 @@ from spade_jax.envs.backends.sandbox import (
     SandboxUnavailable,
     detect_isolation,
 )
+from spade_jax.envs.program import ProgramError, check_imports, extract_code, find_env_class
 
 __all__ = [
     "Episode",

@@ -24,7 +24,7 @@ def _read_program(path: str, as_json: bool = False) -> str:
         with open(path, encoding="utf-8-sig", errors="replace") as f:
             text = f.read()
     except OSError as exc:
-        raise SystemExit(_usage_error(f"cannot read {path}: {exc.strerror or exc}", as_json))
+        raise SystemExit(_usage_error(f"cannot read {path}: {exc.strerror or exc}", as_json)) from None
     if "```" in text:
         try:
             return extract_code(text)
@@ -147,7 +147,11 @@ def cmd_play(args) -> int:
                     continue
                 action = line[5:] if line.startswith(":raw ") else (line if "\\boxed" in line else f"\\boxed{{{line}}}")
                 obs, reward, terminated, truncated, info = env.step(action)
-                print(f"{obs}\n  reward {reward:g}" + ("  [terminated]" if terminated else "") + ("  [truncated]" if truncated else ""))
+                print(
+                    f"{obs}\n  reward {reward:g}"
+                    + ("  [terminated]" if terminated else "")
+                    + ("  [truncated]" if truncated else "")
+                )
                 if terminated or truncated:
                     break
             else:

@@ -8,7 +8,7 @@ import dataclasses
 import math
 import random
 from collections.abc import Iterator
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 

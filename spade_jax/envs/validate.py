@@ -10,9 +10,9 @@ import time
 from typing import Any
 
 from spade_jax.envs.api import episode_reward, extract_boxed
-from spade_jax.envs.program import ProgramError, check_imports, find_env_class, parse_program
 from spade_jax.envs.backends import BACKEND_CHOICES, get_backend, select_backend
 from spade_jax.envs.backends.sandbox import EnvError, EnvTimeout, SandboxConfig, SandboxEnv, SandboxPool
+from spade_jax.envs.program import ProgramError, check_imports, find_env_class, parse_program
 
 __all__ = ["ValidationConfig", "Verdict", "CHECKS", "validate", "plan_to_actions"]
 
@@ -52,7 +52,9 @@ class ValidationConfig:
         if not all(isinstance(a, str) for a in self.probe_actions):
             raise ValueError("ValidationConfig.probe_actions must be strings")
         if not isinstance(self.max_turns, int) or not 1 <= self.max_turns <= self.max_declared_turns:
-            raise ValueError(f"ValidationConfig.max_turns must be an int in [1, max_declared_turns], got {self.max_turns!r}")
+            raise ValueError(
+                f"ValidationConfig.max_turns must be an int in [1, max_declared_turns], got {self.max_turns!r}"
+            )
         for name in ("seeds", "determinism_seeds", "solution_seeds"):
             if any(not isinstance(s, int) or s < 0 for s in getattr(self, name)):
                 raise ValueError(f"ValidationConfig.{name} must be ints >= 0, got {getattr(self, name)!r}")
@@ -104,7 +106,9 @@ class _Budget:
     def timeout(self, check: str) -> float:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
-            raise _Failed(check, f"validation exceeded its {self.config.budget_s:g} s budget; make reset() and step() faster")
+            raise _Failed(
+                check, f"validation exceeded its {self.config.budget_s:g} s budget; make reset() and step() faster"
+            )
         return min(self.config.step_timeout_s, remaining)
 
 
@@ -133,11 +137,14 @@ def _short(text: str, n: int = 60) -> str:
 
 def _check_reward(reward: float, action: str, config: ValidationConfig) -> None:
     if not math.isfinite(reward):
-        raise _Failed("step", f"step({_short(action)}) returned a non-finite reward ({reward}); rewards must be finite floats")
+        raise _Failed(
+            "step", f"step({_short(action)}) returned a non-finite reward ({reward}); rewards must be finite floats"
+        )
     if abs(reward) > config.reward_bound:
         raise _Failed(
             "step",
-            f"step({_short(action)}) returned reward {reward:g}, outside [-{config.reward_bound:g}, {config.reward_bound:g}]; "
+            f"step({_short(action)}) returned reward {reward:g}, "
+            f"outside [-{config.reward_bound:g}, {config.reward_bound:g}]; "
             "use 1.0 for a win and 0.0 otherwise",
         )
 
@@ -200,7 +207,11 @@ def _run_checks(source: str, config: ValidationConfig, pool: SandboxPool, record
         for seed in config.seeds:
             obs, info = _call("reset", budget, env.reset, seed=seed)
             if not obs.strip():
-                raise _Failed("reset", f"reset(seed={seed}) returned an empty observation; describe the task, the state and the legal actions")
+                raise _Failed(
+                    "reset",
+                    f"reset(seed={seed}) returned an empty observation; "
+                    "describe the task, the state and the legal actions",
+                )
         record("reset", True, f"seeds {list(config.seeds)}")
 
         # step: each probe right after a reset.
@@ -214,7 +225,9 @@ def _run_checks(source: str, config: ValidationConfig, pool: SandboxPool, record
         declared = _call("episode_length", budget, env.declared_turns)
         declared = declared if declared is not None else env.max_turns
         if declared is not None and not 1 <= declared <= config.max_declared_turns:
-            raise _Failed("episode_length", f"declared max_turns={declared} is outside [1, {config.max_declared_turns}]")
+            raise _Failed(
+                "episode_length", f"declared max_turns={declared} is outside [1, {config.max_declared_turns}]"
+            )
         limit = declared or config.max_turns
         facts["max_turns"] = limit
         for seed in config.seeds[:2]:

@@ -9,10 +9,11 @@ from typing import Any
 
 from spade_jax.evaluation.environments import make_eval_env
 from spade_jax.evaluation.play import EvalEpisode, play
-from spade_jax.rollout import AGENT_SYSTEM
 from spade_jax.evaluation.policies import Policy
 from spade_jax.evaluation.stats import macro_interval, wilson_interval
 from spade_jax.evaluation.suites import EvalSuite, get_suite
+from spade_jax.rollout import AGENT_SYSTEM
+
 
 @dataclasses.dataclass(frozen=True)
 class EpisodeResult:

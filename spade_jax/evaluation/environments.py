@@ -68,7 +68,7 @@ class _ReasoningGymEnv:
         try:
             with saved_global_rng():
                 score = float(self._dataset.score_answer(answer.strip(), self._entry)) if answer else 0.0
-        except Exception:  # noqa: BLE001 - some scorers raise on malformed answers: unsolved
+        except Exception:  # some scorers raise on malformed answers: unsolved
             score = 0.0
         if not math.isfinite(score):
             score = 0.0

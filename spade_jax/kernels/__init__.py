@@ -7,10 +7,10 @@ about 60% of it (`benchmarks/dots.py`, docs/benchmarks.md). The sampler uses it 
 loop on a CPU (`SamplingConfig.cpu_kernel`).
 
 The library is compiled with the host C++ compiler (`$CXX`, else c++/g++/clang++) and
-`-O3 -march=native` (`$SPADE_JAX_KERNEL_ARCH` replaces `native`) against jaxlib's FFI headers, cached under `$SPADE_JAX_CACHE` (default
-`~/.cache/spade_jax/kernels`) by a hash of the source, compiler, jaxlib and CPU. Without a
-compiler, or if the build fails, `available()` is False with the reason in `unavailable_reason()`
-and callers keep XLA's own dot.
+`-O3 -march=native` (`$SPADE_JAX_KERNEL_ARCH` replaces `native`) against jaxlib's FFI headers, cached
+under `$SPADE_JAX_CACHE` (default `~/.cache/spade_jax/kernels`) by a hash of the source, compiler,
+jaxlib and CPU. Without a compiler, or if the build fails, `available()` is False with the reason
+in `unavailable_reason()` and callers keep XLA's own dot.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ __all__ = ["Decoder", "KVCache", "ModelSpec", "load_model"]
 def __getattr__(name):
     # Lazy: importing the registry pulls in transformers (seconds); most users need only the decoder.
     if name in ("load_model", "LoadedModel"):
-        from spade_jax.models import registry  # noqa: PLC0415
+        from spade_jax.models import registry
 
         return getattr(registry, name)
     raise AttributeError(f"module 'spade_jax.models' has no attribute {name!r}")

@@ -35,14 +35,14 @@ def _parser() -> argparse.ArgumentParser:
 def _mesh(text):
     if not text:
         return None
-    from spade_jax.mesh import make_mesh, parse_mesh_arg  # noqa: PLC0415
+    from spade_jax.mesh import make_mesh, parse_mesh_arg
 
     return make_mesh(parse_mesh_arg(text))
 
 
 def _generate(args) -> None:
-    from spade_jax.models.registry import load_model  # noqa: PLC0415
-    from spade_jax.sampling import Sampler, SamplingConfig  # noqa: PLC0415
+    from spade_jax.models.registry import load_model
+    from spade_jax.sampling import Sampler, SamplingConfig
 
     config = SamplingConfig(
         max_new_tokens=args.max_new_tokens,
@@ -69,8 +69,8 @@ def _generate(args) -> None:
 
 
 def _export(args) -> None:
-    from spade_jax.models.hf import export_hf  # noqa: PLC0415
-    from spade_jax.models.registry import load_model  # noqa: PLC0415
+    from spade_jax.models.hf import export_hf
+    from spade_jax.models.registry import load_model
 
     model, tokenizer, _ = load_model(args.model)
     out = export_hf(model, args.out, tokenizer=tokenizer.hf, dtype=args.dtype)

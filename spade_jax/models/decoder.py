@@ -156,7 +156,7 @@ class KVCache:
 
     def merge(self, view: "KVCache") -> "KVCache":
         """This cache with an (updated) `window` view written back over its first slots."""
-        put = lambda full, part: jax.lax.dynamic_update_slice(full, part, (0,) * full.ndim)  # noqa: E731
+        put = lambda full, part: jax.lax.dynamic_update_slice(full, part, (0,) * full.ndim)  # noqa: E731 (local one-liner)
         return KVCache(k=jax.tree.map(put, self.k, view.k), v=jax.tree.map(put, self.v, view.v),
                        valid=put(self.valid, view.valid), index=view.index)
 

@@ -91,7 +91,7 @@ def dequantize_tensor(tensor) -> np.ndarray:
     shape = tuple(int(d) for d in reversed(tensor.shape))
     if type_name in _BLOCKS:
         return dequantize_blocks(tensor.data, type_name).reshape(shape)
-    import gguf  # noqa: PLC0415
+    import gguf
 
     return np.asarray(gguf.quants.dequantize(tensor.data, tensor.tensor_type), np.float32).reshape(shape)
 
@@ -122,7 +122,7 @@ class GGUFFile:
 
 
 def _field_value(field) -> Any:
-    import gguf  # noqa: PLC0415
+    import gguf
 
     if not field.types:
         return None
@@ -142,7 +142,7 @@ def open_gguf(path: str | os.PathLike) -> GGUFFile:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"GGUF file {path} does not exist")
-    import gguf  # noqa: PLC0415
+    import gguf
 
     try:
         reader = gguf.GGUFReader(path)

@@ -62,7 +62,7 @@ def _gguf_items(path: str, cache: bool):
     saved = cache_dir("gguf", path) if cache else None
     weights = saved and os.path.join(saved, "model.safetensors")
     if weights and os.path.isfile(weights) and os.path.isfile(os.path.join(saved, "spec.json")):
-        from safetensors.numpy import load_file  # noqa: PLC0415
+        from safetensors.numpy import load_file
 
         with open(os.path.join(saved, "spec.json")) as f:
             fields = json.load(f)
@@ -74,7 +74,7 @@ def _gguf_items(path: str, cache: bool):
         return spec, gguf_lib.gguf_hf_items(gf, spec)
     arrays = dict(gguf_lib.gguf_hf_items(gf, spec))
     try:
-        from safetensors.numpy import save_file  # noqa: PLC0415
+        from safetensors.numpy import save_file
 
         os.makedirs(saved, exist_ok=True)
         tmp = f"{weights}.tmp{os.getpid()}"

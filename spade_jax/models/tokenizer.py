@@ -98,9 +98,8 @@ def byte_tokenizer(*, eos_token_ids: Sequence[int] = ()) -> Tokenizer:
     """A 259-token byte-level tokenizer (3 ChatML specials, then the 256 bytes) for randomly
     initialised presets: any text round-trips, and every id fits a vocabulary of 259 or more.
     """
-    from tokenizers import Tokenizer as RawTokenizer  # noqa: PLC0415
-    from tokenizers import decoders, models, pre_tokenizers  # noqa: PLC0415
-    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
+    from tokenizers import Tokenizer as RawTokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
 
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     byte_chars = sorted(alphabet, key=BYTE_OF_CHAR.__getitem__)
@@ -144,7 +143,7 @@ def cache_dir(kind: str, path: str) -> str | None:
 
 def load_hf_tokenizer(path: str, *, eos_token_ids: Sequence[int] = ()) -> Tokenizer:
     """The tokenizer saved in an HF model directory."""
-    from transformers import AutoTokenizer  # noqa: PLC0415
+    from transformers import AutoTokenizer
 
     if not os.path.isdir(path):
         raise FileNotFoundError(f"model directory {path} does not exist")
@@ -229,7 +228,7 @@ _UNSUPPORTED_SENTENCEPIECE_ARCHS = ("gemma", "gemma2", "gemma3", "phi3")
 
 def _read_gguf_tokenizer_metadata(path: str) -> dict[str, Any]:
     """The tokenizer keys of a GGUF file's metadata (llama.cpp's names), as plain Python values."""
-    from gguf import GGUFReader  # noqa: PLC0415
+    from gguf import GGUFReader
 
     reader = GGUFReader(path, "r")
     meta = {}
@@ -305,8 +304,7 @@ def _merges(meta: dict[str, Any], vocab: dict[str, int]) -> list[tuple[str, str]
 
 def _byte_level_bpe(meta: dict[str, Any]):
     """GPT-2 style byte-level BPE: each byte is one printable character; no unknown token."""
-    from tokenizers import Regex, decoders, models, pre_tokenizers  # noqa: PLC0415
-    from tokenizers import Tokenizer as RawTokenizer  # noqa: PLC0415
+    from tokenizers import Regex, Tokenizer as RawTokenizer, decoders, models, pre_tokenizers
 
     chars = _byte_chars()
     alphabet = frozenset(chars)
@@ -333,8 +331,7 @@ def _byte_level_bpe(meta: dict[str, Any]):
 
 def _sentencepiece_bpe(meta: dict[str, Any]):
     """Llama-style SentencePiece BPE: "▁" for spaces, a leading one added, unknown bytes as <0xNN>."""
-    from tokenizers import decoders, models, pre_tokenizers  # noqa: PLC0415
-    from tokenizers import Tokenizer as RawTokenizer  # noqa: PLC0415
+    from tokenizers import Tokenizer as RawTokenizer, decoders, models, pre_tokenizers
 
     vocab = {token: index for index, token in enumerate(meta["tokenizer.ggml.tokens"])}
     raw = RawTokenizer(models.BPE(
@@ -358,7 +355,7 @@ def _add_marked_tokens(raw, meta: dict[str, Any], byte_alphabet: frozenset[str] 
     In a byte-level vocabulary a control token spelled outside the byte alphabet is a converter's
     mislabel, not a real token: it is left out, as transformers does.
     """
-    from tokenizers import AddedToken  # noqa: PLC0415
+    from tokenizers import AddedToken
 
     tokens, types = meta["tokenizer.ggml.tokens"], meta.get("tokenizer.ggml.token_type") or ()
     control = [
@@ -380,7 +377,7 @@ def _add_marked_tokens(raw, meta: dict[str, Any], byte_alphabet: frozenset[str] 
 
 def _wrap_gguf_tokenizer(raw, settings: dict[str, Any]):
     """The transformers fast tokenizer around `raw` (it adds BOS/EOS per the settings)."""
-    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
+    from transformers import PreTrainedTokenizerFast
 
     hf = PreTrainedTokenizerFast(
         tokenizer_object=raw,
@@ -398,7 +395,7 @@ def _wrap_gguf_tokenizer(raw, settings: dict[str, Any]):
 
 def _read_saved_tokenizer(saved: str):
     """(tokenizer, settings) from the cache, or None when absent, from another format or unreadable."""
-    from tokenizers import Tokenizer as RawTokenizer  # noqa: PLC0415
+    from tokenizers import Tokenizer as RawTokenizer
 
     try:
         with open(os.path.join(saved, "settings.json"), encoding="utf-8") as f:
@@ -406,7 +403,7 @@ def _read_saved_tokenizer(saved: str):
         if settings.get("format") != _GGUF_TOKENIZER_FORMAT:
             return None
         return RawTokenizer.from_file(os.path.join(saved, "tokenizer.json")), settings
-    except Exception:  # noqa: BLE001 - a damaged cache entry is rebuilt from the GGUF file
+    except Exception:  # a damaged cache entry is rebuilt from the GGUF file
         return None
 
 

@@ -16,9 +16,14 @@ KL_ESTIMATORS = ("k1", "k3")
 class RLConfig:
     eps_low: float = 0.2  # clip ratio below at 1 - eps_low (SPADE)
     eps_high: float = 0.28  # clip ratio above at 1 + eps_high (SPADE, DAPO's clip-higher)
-    kl_coef: float = 0.0  # weight of the KL to the initial policy (SPADE: 0; its 8B recipe 0.005); > 0 holds a frozen copy of the starting params
-    kl_estimator: str = "k3"  # per-token KL estimator: k3 = exp(ref - logp) - (ref - logp) - 1 (low variance, SPADE's 8B recipe); k1 = logp - ref
-    aggregation: str = "token"  # token: mean over all loss tokens; sequence: mean of per-sequence means; dr_grpo: sum / (sequences * dr_grpo_tokens)
+    # weight of the KL to the initial policy (SPADE: 0; its 8B recipe 0.005);
+    # > 0 holds a frozen copy of the starting params
+    kl_coef: float = 0.0
+    # per-token KL estimator: k3 = exp(ref - logp) - (ref - logp) - 1 (low variance, SPADE's 8B recipe); k1 = logp - ref
+    kl_estimator: str = "k3"
+    # token: mean over all loss tokens; sequence: mean of per-sequence means;
+    # dr_grpo: sum / (sequences * dr_grpo_tokens)
+    aggregation: str = "token"
     dr_grpo_tokens: int | None = None  # Dr.GRPO's constant per-sequence token budget; None: the batch's padded length
     tis_cap: float | None = 2.0  # truncation of the importance weight pi_prox / pi_behaviour; None: no correction
     agent_advantage: str = "grpo_zscore"  # registry name of the agent's advantage estimator
@@ -32,10 +37,14 @@ class RLConfig:
     micro_batches: int = 1  # gradient accumulation: the batch is split into this many micro-batches (lax.scan)
     compute_dtype: str = "float32"  # activations and matmuls; bfloat16 keeps master params in float32
     master_fp32: bool = True  # keep (and update) params in float32 even if the model stores bfloat16
-    logprob_chunk: int | None = None  # time steps per chunk of the output projection (saves the [B, T, V] logits); None: all at once
+    # time steps per chunk of the output projection (saves the [B, T, V] logits); None: all at once
+    logprob_chunk: int | None = None
     seed: int = 0  # seeds the RNG carried in the train state
-    format_bonus: float = 0.0  # agent reward + this x the share of its replies holding a complete \boxed{...} (SPADE: 0; shaping for small models that never answer in the action format)
-    max_nonfinite_steps: int = 3  # this many non-finite updates in a row (each skipped, weights kept) stop the run with TrainingDiverged
+    # agent reward + this x the share of its replies holding a complete \boxed{...}
+    # (SPADE: 0; shaping for small models that never answer in the action format)
+    format_bonus: float = 0.0
+    # this many non-finite updates in a row (each skipped, weights kept) stop the run with TrainingDiverged
+    max_nonfinite_steps: int = 3
 
     def __post_init__(self):
         if not (0.0 <= self.eps_low < 1.0) or self.eps_high < 0.0:
@@ -66,7 +75,7 @@ class RLConfig:
             raise ValueError(f"format_bonus must be in [0, 1], got {self.format_bonus}")
         if self.logprob_chunk is not None and self.logprob_chunk <= 0:
             raise ValueError(f"logprob_chunk must be positive or None, got {self.logprob_chunk}")
-        from spade_jax.rl.advantages import get_advantage_estimator  # noqa: PLC0415 (avoid a cycle)
+        from spade_jax.rl.advantages import get_advantage_estimator  # avoid a cycle
 
         get_advantage_estimator(self.agent_advantage)
         if not isinstance(self.max_nonfinite_steps, int) or self.max_nonfinite_steps < 1:

@@ -23,6 +23,7 @@ from spade_jax.rl.batch import ROLE_NAMES, TrainBatch
 from spade_jax.rl.config import RLConfig
 from spade_jax.rl.losses import grpo_loss, loss_normalisers, token_logprobs
 
+
 class TrainingDiverged(FloatingPointError):
     """Several updates in a row were not finite; none of them was applied (the Learner raises it)."""
 
@@ -122,7 +123,7 @@ def format_memory(compiled) -> str:
     """One line with the compiled step's memory (argument, output, temporaries, code)."""
     try:
         stats = compiled.memory_analysis()
-    except Exception as err:  # noqa: BLE001 (some backends do not implement it)
+    except Exception as err:  # some backends do not implement it
         return f"train_step compiled memory: unavailable ({err})"
     if stats is None:
         return "train_step compiled memory: unavailable on this backend"
@@ -405,7 +406,9 @@ def make_train_step(
             return jax.jit(step_fn, donate_argnums=0)
         in_shardings = (state_shardings, batch_sharding) + ((p_shardings,) if with_reference_params else ())
         # The reference params are an input, never donated: the same buffers serve every step.
-        return jax.jit(step_fn, in_shardings=in_shardings, out_shardings=(state_shardings, replicated), donate_argnums=0)
+        return jax.jit(
+            step_fn, in_shardings=in_shardings, out_shardings=(state_shardings, replicated), donate_argnums=0
+        )
 
     return TrainStep(
         cfg=cfg,

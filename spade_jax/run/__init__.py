@@ -31,7 +31,7 @@ __all__ = [
 def __getattr__(name):
     # Lazy: the checkpointer pulls in jax and orbax (seconds); reading metrics or the archive needs neither.
     if name in ("Checkpointer", "CheckpointError"):
-        from spade_jax.run import checkpoint  # noqa: PLC0415
+        from spade_jax.run import checkpoint
 
         return getattr(checkpoint, name)
     raise AttributeError(f"module 'spade_jax.run' has no attribute {name!r}")

@@ -243,7 +243,7 @@ class Checkpointer:
         })
         try:
             restored = self._manager.restore(int(step), args=args)
-        except Exception as err:  # noqa: BLE001 (orbax raises many types; the user needs one line)
+        except Exception as err:  # orbax raises many types; the user needs one line
             detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             return f"orbax cannot read it: {type(err).__name__}: {detail[:200]}"
         tree = restored[STATE_ITEM]

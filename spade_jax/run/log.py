@@ -23,7 +23,7 @@ class _TqdmAwareHandler(logging.StreamHandler):
             from tqdm import tqdm
 
             tqdm.write(self.format(record), file=self.stream)
-        except Exception:  # noqa: BLE001 - logging must never raise into the caller
+        except Exception:  # logging must never raise into the caller
             self.handleError(record)
 
 

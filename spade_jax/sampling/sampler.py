@@ -107,7 +107,9 @@ def _decode(graphdef, params, cache, logits_bv, last_pos_b, live_b, row_ids, key
         return token, done | ended, reason, (tokens, lp, slp)
 
     done0 = ~live_b
-    token, done, reason, outs = emit(0, logits_bv, done0, jnp.zeros((batch,), jnp.int32), (out_tokens, out_logp, out_slogp))
+    token, done, reason, outs = emit(
+        0, logits_bv, done0, jnp.zeros((batch,), jnp.int32), (out_tokens, out_logp, out_slogp)
+    )
     count = jnp.where(done0, 0, 1).astype(jnp.int32)
 
     def cond(carry):
@@ -186,7 +188,7 @@ class Sampler:
     def _put_batch(self, array):
         if self.mesh is None:
             return jnp.asarray(array)
-        from jax.sharding import NamedSharding, PartitionSpec  # noqa: PLC0415
+        from jax.sharding import NamedSharding, PartitionSpec
 
         spec = PartitionSpec(self._batch_axes(), *([None] * (array.ndim - 1)))
         return jax.device_put(array, NamedSharding(self.mesh, spec))
@@ -194,7 +196,7 @@ class Sampler:
     def _cache_sharding(self):
         if self.mesh is None:
             return None
-        from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: PLC0415
+        from jax.sharding import NamedSharding, PartitionSpec as P
 
         batch = self._batch_axes()
         kv = "tensor" if "tensor" in self.mesh.axis_names else None

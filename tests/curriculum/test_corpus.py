@@ -77,7 +77,8 @@ def test_parquet_loader(tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({"text": ["rivers flow", None, "stars shine"], "title": ["r", "n", None]}), tmp_path / "d.parquet")
+    table = pa.table({"text": ["rivers flow", None, "stars shine"], "title": ["r", "n", None]})
+    pq.write_table(table, tmp_path / "d.parquet")
     corpus = from_parquet(tmp_path / "d.parquet")
     assert [(d.title, d.text) for d in corpus.documents] == [("r", "rivers flow"), ("d #2", "stars shine")]
 
@@ -115,7 +116,8 @@ def test_embedded_corpus_is_identical_across_processes():
 
     code = (
         "import hashlib; from spade_jax.curriculum.corpus import embedded_corpus; "
-        "print(hashlib.sha256('\\0'.join(d.title + '\\0' + d.text for d in embedded_corpus().documents).encode()).hexdigest())"
+        "print(hashlib.sha256('\\0'.join(d.title + '\\0' + d.text for d in embedded_corpus().documents)"
+        ".encode()).hexdigest())"
     )
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert other.stdout.strip() == digest(embedded_corpus().documents)

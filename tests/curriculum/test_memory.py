@@ -10,7 +10,9 @@ from spade_jax.curriculum.memory import EnvMemory, EnvRecord
 
 
 def _record(i, regret=0.0, win_rate=0.5, skill="logical deduction", valid=True):
-    return EnvRecord(f"env{i}", f"class E{i}Env: pass", skill, regret=regret, win_rate=win_rate, valid=valid, iteration=i)
+    return EnvRecord(
+        f"env{i}", f"class E{i}Env: pass", skill, regret=regret, win_rate=win_rate, valid=valid, iteration=i
+    )
 
 
 def test_capacity_evicts_oldest_first():
@@ -103,7 +105,8 @@ def test_negatives_are_of_the_requested_skill_only():
     memory.add(_record(1, win_rate=0.05, skill="causal inference"))
     memory.add(_record(2, win_rate=0.5, skill="causal inference"))
     for seed in range(10):
-        assert [r.env_id for r in memory.sample_negatives(np.random.default_rng(seed), 1, "causal inference")] == ["env1"]
+        negatives = memory.sample_negatives(np.random.default_rng(seed), 1, "causal inference")
+        assert [r.env_id for r in negatives] == ["env1"]
     pos, neg = memory.sample_for_designer(np.random.default_rng(0), 2, 1, skill="optimization")
     assert pos == [] and [r.env_id for r in neg] == ["env0"]
     assert memory.sample_negatives(np.random.default_rng(0), 1, "spatial reasoning") == []
@@ -131,7 +134,10 @@ def test_sampling_is_deterministic_given_seed():
     memory = EnvMemory()
     for i in range(30):
         memory.add(_record(i, regret=(i * 7 % 11) / 11, win_rate=(i * 3 % 10) / 10))
-    draw = lambda seed: [[r.env_id for r in part] for part in memory.sample_for_designer(np.random.default_rng(seed), 2, 1)]
+
+    def draw(seed):
+        return [[r.env_id for r in part] for part in memory.sample_for_designer(np.random.default_rng(seed), 2, 1)]
+
     assert draw(3) == draw(3)
     assert len({str(draw(s)) for s in range(10)}) > 1
 
@@ -147,7 +153,10 @@ def test_state_dict_json_round_trip():
     assert restored["env0"].to_dict() == memory["env0"].to_dict()
     assert np.isnan(restored["pending"].regret) and not restored["pending"].measured
     rng_a, rng_b = np.random.default_rng(1), np.random.default_rng(1)
-    ids = lambda parts: [[r.env_id for r in part] for part in parts]
+
+    def ids(parts):
+        return [[r.env_id for r in part] for part in parts]
+
     assert ids(memory.sample_for_designer(rng_a)) == ids(restored.sample_for_designer(rng_b))
     default = EnvMemory.from_state_dict(json.loads(json.dumps(EnvMemory().state_dict())))
     assert default.positive_pool is None  # SPADE's max(3n, 10) survives a round trip

@@ -38,7 +38,9 @@ def test_plateau_hand_values(to_array):
 
 
 def test_plateau_custom_band_and_zero_ramp():
-    np.testing.assert_allclose(plateau([0.1, 0.3, 0.5, 0.9], low=0.2, high=0.4, ramp=0.5), [0.8, 1.0, 0.8, 0.0], atol=1e-6)
+    np.testing.assert_allclose(
+        plateau([0.1, 0.3, 0.5, 0.9], low=0.2, high=0.4, ramp=0.5), [0.8, 1.0, 0.8, 0.0], atol=1e-6
+    )
     np.testing.assert_allclose(plateau([0.39, 0.4, 0.6, 0.61], ramp=0.0), [0, 1, 1, 0])
 
 
@@ -49,7 +51,9 @@ def test_hint_regret_and_blend_hand_values():
     # 0.4 * clip(r / 0.15, 0, 1) + 0.6 * plateau(w):
     # 0.4*0.5 + 0.6*1 = 0.8; 0.4*1 + 0.6*0.6 = 0.76; 0 + 0 = 0; 0 + 0.6*0.6 = 0.36
     np.testing.assert_allclose(spade_blend(regret, win), [0.8, 0.76, 0.0, 0.36], atol=1e-6)
-    np.testing.assert_allclose(np.asarray(spade_blend(jnp.asarray(regret), jnp.asarray(win))), [0.8, 0.76, 0.0, 0.36], atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(spade_blend(jnp.asarray(regret), jnp.asarray(win))), [0.8, 0.76, 0.0, 0.36], atol=1e-6
+    )
 
 
 def test_learnability_and_paired():
@@ -90,7 +94,9 @@ def test_learning_potential_state_is_a_pytree():
 
 
 def test_registry_names_and_invalid_and_hung():
-    assert set(DESIGNER_SCORES) == {"spade_blend", "hint_regret", "solve_rate", "learning_potential", "learnability", "paired"}
+    assert set(DESIGNER_SCORES) == {
+        "spade_blend", "hint_regret", "solve_rate", "learning_potential", "learnability", "paired"
+    }
     x = ScoreInputs(r_hint=[0.6, 0.6, 0.6], r_nohint=[0.5, 0.5, 0.5], win_rate=[0.5, 0.5, 0.5],
                     valid=[True, False, True], hung=[False, False, True])
     np.testing.assert_allclose(designer_scores(x, CurriculumConfig(score="hint_regret")), [0.1, 0.0, -0.5], atol=1e-6)

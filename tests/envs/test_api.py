@@ -33,7 +33,10 @@ def test_extract_boxed_rejects_non_str():
 
 @pytest.mark.parametrize(
     "last, terminated, expected",
-    [(1.0, True, 1.0), (5.0, True, 1.0), (-3.0, True, -1.0), (0.5, True, 0.5), (1.0, False, 0.0), (math.nan, True, 0.0)],
+    [
+        (1.0, True, 1.0), (5.0, True, 1.0), (-3.0, True, -1.0),
+        (0.5, True, 0.5), (1.0, False, 0.0), (math.nan, True, 0.0),
+    ],
 )
 def test_episode_reward(last, terminated, expected):
     assert episode_reward(last, terminated) == expected

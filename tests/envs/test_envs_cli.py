@@ -7,10 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import sys as _sys
-from pathlib import Path as _Path
-
-_sys.path.insert(0, str(_Path(__file__).resolve().parent))  # sandbox_helpers sits next to this file
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # sandbox_helpers sits next to this file
 from sandbox_helpers import corpus_files
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +35,8 @@ def test_check_valid_program_json():
 
 
 def test_check_designer_text_with_code_block():
-    result = run_cli("check", str(Path(__file__).parent / "corpus" / "good" / "designer_output.md"), "--json", "--backend", "sandbox")
+    designer_text = Path(__file__).parent / "corpus" / "good" / "designer_output.md"
+    result = run_cli("check", str(designer_text), "--json", "--backend", "sandbox")
     assert result.returncode == 0, result.stdout
     assert last_json(result.stdout)["class_name"] == "ModSumEnv"
 

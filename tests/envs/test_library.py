@@ -145,7 +145,11 @@ def test_solution_wins(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_invalid_actions_cost_a_turn_and_explain(name):
     env = load_library_env(name)
-    for action in ["no box here", "\\boxed{²}", "\\boxed{2²}", "\\boxed{xyzzy}", "\\boxed{}", "\\boxed{--5}", "\\boxed{1.5}", "\\boxed{3 1}"]:
+    malformed = [
+        "no box here", "\\boxed{²}", "\\boxed{2²}", "\\boxed{xyzzy}", "\\boxed{}", "\\boxed{--5}", "\\boxed{1.5}",
+        "\\boxed{3 1}",
+    ]
+    for action in malformed:
         env.reset(seed=5)
         env.step("\\boxed{?}")
         turn = env.turn
@@ -172,7 +176,7 @@ def test_episodes_end_within_max_turns(name):
         assert terminated and reward == 0.0 and "over" in obs
     # Invalid actions alone run out the turn limit: truncated, never a win.
     env.reset(seed=0)
-    for step in range(env.MAX_TURNS):
+    for _ in range(env.MAX_TURNS):
         obs, reward, terminated, truncated, _ = env.step("\\boxed{?}")
     assert (reward, terminated, truncated) == (0.0, False, True)
 
@@ -249,9 +253,10 @@ def test_program_transpiles_to_jax_and_agrees_with_python(name):
         plan.reset(seed=seed)
         solution = plan.solution()
         # Agent texts carry reasoning before the box; the JAX env must read them the same way.
-        result = _compare_in_jax(
-            name, transpiled, step, seed, lambda env, i: f"Reasoning first. {solution[i]}" if i < len(solution) else None
-        )
+        def agent(env, i, solution=solution):
+            return f"Reasoning first. {solution[i]}" if i < len(solution) else None
+
+        result = _compare_in_jax(name, transpiled, step, seed, agent)
         assert result[1:3] == (1.0, True)
         rng = random.Random(seed)
-        _compare_in_jax(name, transpiled, step, seed, lambda env, i: _legal_action(name, env, rng))
+        _compare_in_jax(name, transpiled, step, seed, lambda env, i, rng=rng: _legal_action(name, env, rng))

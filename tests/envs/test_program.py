@@ -4,7 +4,10 @@ import pytest
 
 from spade_jax.envs.program import ProgramError, check_imports, extract_code, find_env_class
 
-CLASS = "class GameEnv:\n    def reset(self, seed=None):\n        return 'x', {}\n    def step(self, a):\n        return 'x', 0.0, True, False, {}\n"
+CLASS = (
+    "class GameEnv:\n    def reset(self, seed=None):\n        return 'x', {}\n"
+    "    def step(self, a):\n        return 'x', 0.0, True, False, {}\n"
+)
 
 
 def test_extract_code_python_block():
@@ -63,7 +66,10 @@ def test_find_env_class_errors(source, message):
 
 
 def test_check_imports_allows_stdlib_and_numpy():
-    check_imports("import random, re\nimport numpy as np\nfrom collections import deque\nfrom numpy.random import default_rng\nimport os.path\n")
+    check_imports(
+        "import random, re\nimport numpy as np\nfrom collections import deque\n"
+        "from numpy.random import default_rng\nimport os.path\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -86,5 +92,8 @@ def test_check_imports_rejects_relative_import():
 
 
 def test_find_env_class_skips_base_classes():
-    source = "class BaseEnv:\n    def reset(self, seed=None): pass\n    def step(self, a): pass\nclass MazeEnv(BaseEnv):\n    pass\n"
+    source = (
+        "class BaseEnv:\n    def reset(self, seed=None): pass\n    def step(self, a): pass\n"
+        "class MazeEnv(BaseEnv):\n    pass\n"
+    )
     assert find_env_class(source) == "MazeEnv"

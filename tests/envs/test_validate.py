@@ -2,17 +2,17 @@
 its expected check with a one-line learnable message, within bounded time."""
 
 import json
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
-import sys as _sys
-from pathlib import Path as _Path
-
-_sys.path.insert(0, str(_Path(__file__).resolve().parent))  # sandbox_helpers sits next to this file
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # sandbox_helpers sits next to this file
 from sandbox_helpers import corpus_files, expectation
-from spade_jax.envs.program import extract_code
+
 from spade_jax.envs.backends.sandbox import SandboxConfig, SandboxPool
+from spade_jax.envs.program import extract_code
 from spade_jax.envs.validate import CHECKS, ValidationConfig, Verdict, plan_to_actions, validate
 
 # Short limits keep the infinite loops cheap; the reference budgets are the defaults.
@@ -104,7 +104,8 @@ def test_budget_bounds_the_whole_validation(pool):
 
 def test_declared_turn_limit_is_used(pool):
     source = (
-        "class ShortEnv:\n    max_turns = 3\n    def reset(self, seed=None):\n        self.t = 0\n        return 'go', {}\n"
+        "class ShortEnv:\n    max_turns = 3\n"
+        "    def reset(self, seed=None):\n        self.t = 0\n        return 'go', {}\n"
         "    def step(self, a):\n        self.t += 1\n        return 'x', 0.0, False, self.t >= 4, {}\n"
     )
     verdict = validate(source, config=FAST, pool=pool, backend="sandbox")

@@ -7,8 +7,7 @@ from pathlib import Path
 
 from eval_testing import HANOI_REWRITE
 
-from spade_jax.evaluation import EvalSuite, EvalTask
-from spade_jax.evaluation import duplicates as ev
+from spade_jax.evaluation import EvalSuite, EvalTask, duplicates as ev
 
 GUESS_REWRITE = '''
 class NumberGuessEnv:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from spade_jax.evaluation.play import EvalEpisode, play
 
-AWKWARD = ['say "hi"\nthen: \\boxed{A C}', "", "\\", 'user:"x"\nassistant:"', "\ue000spade-reply\ue001", "é 水 \u2028 \x00"]
+AWKWARD = [
+    'say "hi"\nthen: \\boxed{A C}', "", "\\", 'user:"x"\nassistant:"', "\ue000spade-reply\ue001", "é 水 \u2028 \x00"
+]
 
 
 class _ScriptedEnv:

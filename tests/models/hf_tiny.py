@@ -33,8 +33,8 @@ FAMILIES = {
 
 
 def hf_model(model_type: str, seed: int = 0, **overrides):
-    import torch  # noqa: PLC0415
-    import transformers  # noqa: PLC0415
+    import torch
+    import transformers
 
     torch.manual_seed(seed)
     config = transformers.AutoConfig.for_model(model_type, **{**BASE, **FAMILIES[model_type], **overrides})
@@ -57,7 +57,7 @@ def save_hf(model, path: Path) -> Path:
 
 
 def hf_logits(model, tokens: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
-    import torch  # noqa: PLC0415
+    import torch
 
     mask = None if valid is None else torch.tensor(valid.astype(np.int64))
     kwargs = {}

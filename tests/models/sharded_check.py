@@ -9,16 +9,16 @@ import sys
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from flax import nnx  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import PartitionSpec as P
 
-from spade_jax import mesh as mesh_lib  # noqa: E402
-from spade_jax.models.decoder import KVCache  # noqa: E402
-from spade_jax.models.hf import load_hf  # noqa: E402
-from spade_jax.models.presets import init_decoder  # noqa: E402
+from spade_jax import mesh as mesh_lib
+from spade_jax.models.decoder import KVCache
+from spade_jax.models.hf import load_hf
+from spade_jax.models.presets import init_decoder
 
 TOL = 1e-5
 
@@ -64,7 +64,7 @@ def inputs(vocab):
 def check(name, reference, sharded, batch_sharding, with_decode=False):
     tokens, positions, valid = inputs(reference.spec.vocab_size)
     want = forward(reference, tokens, positions, valid)
-    put = lambda x: jax.device_put(x, batch_sharding)  # noqa: E731
+    put = lambda x: jax.device_put(x, batch_sharding)  # noqa: E731 (local one-liner)
     got = forward(sharded, put(tokens), put(positions), put(valid))
     diff = float(np.abs(got - want).max())
     same_decode = True

@@ -8,11 +8,11 @@ from flax import nnx
 
 torch = pytest.importorskip("torch")
 
-from hf_tiny import hf_logits, hf_model, left_padded_batch, save_hf  # noqa: E402
+from hf_tiny import hf_logits, hf_model, left_padded_batch, save_hf  # noqa: E402 (after the torch importorskip)
 
-from spade_jax.models.decoder import Decoder, KVCache, rope_attention_factor, rope_inv_freq  # noqa: E402
-from spade_jax.models.hf import load_hf, spec_from_hf_config  # noqa: E402
-from spade_jax.models.presets import init_decoder  # noqa: E402
+from spade_jax.models.decoder import Decoder, KVCache, rope_attention_factor, rope_inv_freq  # noqa: E402 (after the torch importorskip)
+from spade_jax.models.hf import load_hf, spec_from_hf_config  # noqa: E402 (after the torch importorskip)
+from spade_jax.models.presets import init_decoder  # noqa: E402 (after the torch importorskip)
 
 TOL = 1e-4
 
@@ -134,8 +134,8 @@ def test_config_variants_match_transformers(tmp_path, family, overrides):
 
 
 def test_rope_frequencies_match_transformers_for_yarn():
-    from transformers import Qwen3Config  # noqa: PLC0415
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: PLC0415
+    from transformers import Qwen3Config
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     rope = dict(rope_type="yarn", rope_theta=1e6, factor=4.0, original_max_position_embeddings=32768)
     config = Qwen3Config(head_dim=128, max_position_embeddings=131072, rope_parameters=dict(rope))

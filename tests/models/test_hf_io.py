@@ -10,16 +10,16 @@ from flax import nnx
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from hf_tiny import hf_logits, hf_model, left_padded_batch, save_hf  # noqa: E402
+from hf_tiny import hf_logits, hf_model, left_padded_batch, save_hf  # noqa: E402 (after the torch importorskip)
 
-from spade_jax.models.hf import (  # noqa: E402
+from spade_jax.models.hf import (  # noqa: E402 (after the torch importorskip)
     export_hf,
     iter_safetensors,
     load_hf,
     spec_from_hf_config,
     state_dict_items_to_model,
 )
-from spade_jax.models.presets import PRESETS, get_preset  # noqa: E402
+from spade_jax.models.presets import PRESETS, get_preset  # noqa: E402 (after the torch importorskip)
 
 
 @nnx.jit
@@ -146,7 +146,7 @@ def test_bf16_checkpoints_load_exactly_and_export_as_bf16(tmp_path):
 
 
 def test_fused_expert_tensors_load_too(tmp_path, moe_checkpoint):
-    from safetensors.torch import save_file  # noqa: PLC0415
+    from safetensors.torch import save_file
 
     hf, path = moe_checkpoint
     state = {k: v.contiguous() for k, v in hf.state_dict().items()}

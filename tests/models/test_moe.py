@@ -8,11 +8,11 @@ from flax import nnx
 
 torch = pytest.importorskip("torch")
 
-from transformers import Qwen3MoeConfig  # noqa: E402
-from transformers.models.qwen3_moe import modeling_qwen3_moe as hf_moe  # noqa: E402
+from transformers import Qwen3MoeConfig  # noqa: E402 (after the torch importorskip)
+from transformers.models.qwen3_moe import modeling_qwen3_moe as hf_moe  # noqa: E402 (after the torch importorskip)
 
-from spade_jax.models.moe import MoE, load_balancing_loss, route  # noqa: E402
-from spade_jax.models.spec import ModelSpec  # noqa: E402
+from spade_jax.models.moe import MoE, load_balancing_loss, route  # noqa: E402 (after the torch importorskip)
+from spade_jax.models.spec import ModelSpec  # noqa: E402 (after the torch importorskip)
 
 HIDDEN, EXPERTS, TOP_K, INNER = 16, 6, 2, 12
 

@@ -53,7 +53,7 @@ CONVERSATIONS = [
 
 @pytest.fixture(scope="module")
 def gguf_path():
-    from spade_jax.models.registry import embedded_gguf_path  # noqa: PLC0415
+    from spade_jax.models.registry import embedded_gguf_path
 
     try:
         return embedded_gguf_path()
@@ -70,7 +70,7 @@ def ours(gguf_path):
 @pytest.fixture(scope="module")
 def reference(gguf_path):
     pytest.importorskip("torch")  # transformers' GGUF path imports it
-    import transformers  # noqa: PLC0415
+    import transformers
 
     folder, name = os.path.split(gguf_path)
     return transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
@@ -281,7 +281,7 @@ def _write_sentencepiece(path: str, *, with_merges: bool, model: str = "llama", 
 
 def _assert_same_as_transformers(path: str) -> None:
     pytest.importorskip("torch")
-    import transformers  # noqa: PLC0415
+    import transformers
 
     folder, name = os.path.split(path)
     reference = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)

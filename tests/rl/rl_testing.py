@@ -35,7 +35,7 @@ def tiny_decoder(seed: int, spec: ModelSpec = TINY, std: float = 0.2, **kwargs) 
 
 def make_train_batch(seed: int, batch: int = 8, length: int = 12, spec: ModelSpec = TINY, ref=False):
     """A mixed agent/designer batch: left-padded prompts, completion masks, some stale designer rows."""
-    from spade_jax.rl import TrainBatch  # noqa: PLC0415
+    from spade_jax.rl import TrainBatch
 
     rng = np.random.default_rng(seed)
     tokens = rng.integers(0, spec.vocab_size, (batch, length)).astype(np.int32)

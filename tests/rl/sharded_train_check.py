@@ -11,14 +11,14 @@ import sys
 
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from rl_testing import make_train_batch, tiny_decoder  # noqa: E402
+from rl_testing import make_train_batch, tiny_decoder
 
-from spade_jax.mesh import MeshConfig, make_mesh  # noqa: E402
-from spade_jax.rl import RLConfig, make_train_step  # noqa: E402
+from spade_jax.mesh import MeshConfig, make_mesh
+from spade_jax.rl import RLConfig, make_train_step
 
 
 def run(mesh, micro_batches, steps=2, checkpoint_dir=None):
@@ -35,7 +35,7 @@ def run(mesh, micro_batches, steps=2, checkpoint_dir=None):
         state, metrics = step(state, make_train_batch(i, batch=16), ref_params)
         history.append({k: float(v) for k, v in metrics.items()})
     if checkpoint_dir is not None:  # sharded save, then restore straight into the mesh shardings
-        from spade_jax.run.checkpoint import Checkpointer  # noqa: PLC0415
+        from spade_jax.run.checkpoint import Checkpointer
 
         with Checkpointer(checkpoint_dir) as ckpt:
             ckpt.save(steps, state, {"steps": steps})

@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-
 from rl_testing import TINY, tiny_decoder
+
 from spade_jax.rl import RLConfig, TrainBatch, make_train_step
 
 B, T, PROMPT = 8, 12, 4

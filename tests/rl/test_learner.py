@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-
 from rl_testing import tiny_decoder
+
 from spade_jax.policy import Learner
 from spade_jax.rl import RLConfig
 from spade_jax.rl.collate import Sample

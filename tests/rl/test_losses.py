@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-
 from rl_testing import TINY, tiny_decoder
+
 from spade_jax.rl import (
     RLConfig,
     TrainBatch,
@@ -102,7 +102,10 @@ def test_loss_and_grad_match_numpy(aggregation, case):
     cfg = RLConfig(aggregation=aggregation, kl_coef=0.05 if opts.get("ref") else 0.0, dr_grpo_tokens=16,
                    kl_estimator=opts.pop("kl_estimator", "k3"))
     logp, batch, mask = make_batch(case, **opts)
-    adv_bt = np.broadcast_to(np.asarray(batch.advantages_b)[:, None], (B, T)) if batch.advantages_b is not None else batch.advantages_bt
+    if batch.advantages_b is not None:
+        adv_bt = np.broadcast_to(np.asarray(batch.advantages_b)[:, None], (B, T))
+    else:
+        adv_bt = batch.advantages_bt
     stale = batch.is_stale_b if batch.is_stale_b is not None else np.zeros(B, bool)
     per_tok, per_tok_grad = ref_terms(
         logp.astype(np.float64), batch.behaviour_logprobs_bt, adv_bt, stale,
@@ -128,7 +131,9 @@ def test_loss_and_grad_match_numpy(aggregation, case):
     role = np.asarray(batch.role_b)
     for r_id, name in enumerate(["agent", "designer"]):
         sel = mask & (role == r_id)[:, None]
-        np.testing.assert_allclose(float(metrics[f"{name}/advantage_mean"]), (adv_bt * sel).sum() / sel.sum(), rtol=1e-5)
+        np.testing.assert_allclose(
+            float(metrics[f"{name}/advantage_mean"]), (adv_bt * sel).sum() / sel.sum(), rtol=1e-5
+        )
 
 
 def test_tis_weight_is_truncated():
@@ -144,8 +149,10 @@ def test_tis_weight_is_truncated():
 def test_truncated_importance_weights_values_mask_cap_and_no_gradient():
     current = jnp.log(jnp.asarray([0.5, 0.2, 0.9, 0.3]))
     behaviour = jnp.log(jnp.asarray([0.5, 0.4, 0.3, 0.1]))
-    np.testing.assert_allclose(np.asarray(truncated_importance_weights(current, behaviour, 2.0)), [1.0, 0.5, 2.0, 2.0], atol=1e-6)
-    np.testing.assert_allclose(np.asarray(truncated_importance_weights(current, behaviour, 5.0)), [1.0, 0.5, 3.0, 3.0], rtol=1e-6)
+    capped_2 = truncated_importance_weights(current, behaviour, 2.0)
+    np.testing.assert_allclose(np.asarray(capped_2), [1.0, 0.5, 2.0, 2.0], atol=1e-6)
+    capped_5 = truncated_importance_weights(current, behaviour, 5.0)
+    np.testing.assert_allclose(np.asarray(capped_5), [1.0, 0.5, 3.0, 3.0], rtol=1e-6)
     masked = truncated_importance_weights(current, behaviour, 2.0, mask=[True, False, True, False])
     np.testing.assert_allclose(np.asarray(masked), [1.0, 0.0, 2.0, 0.0], atol=1e-6)
     np.testing.assert_array_equal(np.asarray(truncated_importance_weights(current, behaviour, None)), 1.0)
@@ -174,7 +181,7 @@ def test_micro_batch_contributions_add_up():
         norm = loss_normalisers(batch, cfg)
         full, _ = grpo_loss(jnp.asarray(logp), batch, cfg)
         halves = [
-            grpo_loss(jnp.asarray(logp[s]), jax.tree.map(lambda x: x[s], batch), cfg, norm)[0]
+            grpo_loss(jnp.asarray(logp[s]), jax.tree.map(lambda x: x[s], batch), cfg, norm)[0]  # noqa: B023 (called within this iteration)
             for s in (slice(0, 3), slice(3, None))
         ]
         np.testing.assert_allclose(float(sum(halves)), float(full), rtol=1e-6)
@@ -260,7 +267,9 @@ def test_model_gradient_matches_finite_differences():
     batch = jax.tree.map(jnp.asarray, TrainBatch(
         tokens_bt=tokens, positions_bt=pos, valid_bt=valid, loss_mask_bt=loss_mask,
         # Ratios well inside the clip range except one row far outside: no kink within the step.
-        behaviour_logprobs_bt=(base + np.where(np.arange(b)[:, None] == 0, 0.6, rng.normal(0, 0.03, (b, t)))).astype(np.float32),
+        behaviour_logprobs_bt=(
+            base + np.where(np.arange(b)[:, None] == 0, 0.6, rng.normal(0, 0.03, (b, t)))
+        ).astype(np.float32),
         advantages_b=np.array([1.0, -0.5, 0.8, -1.2], np.float32),
         ref_logprobs_bt=(base + 0.3).astype(np.float32),
         role_b=np.array([0, 1, 0, 1], np.int32),

@@ -12,8 +12,8 @@ import optax
 import pytest
 import torch
 from flax import nnx
-
 from rl_testing import make_train_batch, tiny_decoder
+
 from spade_jax.rl import RLConfig, make_optimizer, make_train_step, token_logprobs
 
 # A large Adam epsilon makes the first update ~ lr * grad, so params compare gradients closely.
@@ -80,7 +80,9 @@ def test_update_follows_the_advantage_sign():
 
     def mean_logp(params):
         m = nnx.merge(nnx.split(model, nnx.Param)[0], params)
-        lp = np.asarray(token_logprobs(m, jnp.asarray(batch.tokens_bt), jnp.asarray(batch.positions_bt), jnp.asarray(batch.valid_bt)))
+        lp = np.asarray(token_logprobs(
+            m, jnp.asarray(batch.tokens_bt), jnp.asarray(batch.positions_bt), jnp.asarray(batch.valid_bt)
+        ))
         mask = np.asarray(batch.loss_mask_bt)
         return (lp * mask).sum(1) / np.maximum(mask.sum(1), 1)
 
@@ -157,7 +159,8 @@ def test_optimizer_matches_torch_adamw_with_clipping():
 def test_sharded_step_on_8_cpu_devices_equals_unsharded(tmp_path):
     script = os.path.join(os.path.dirname(__file__), "sharded_train_check.py")
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, script, str(tmp_path / "ckpt")], capture_output=True, text=True, env=env, timeout=600,
+    out = subprocess.run([sys.executable, script, str(tmp_path / "ckpt")], capture_output=True, text=True, env=env,
+                         timeout=600,
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(script))))
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])

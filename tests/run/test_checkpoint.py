@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rl"))
-from rl_testing import make_train_batch, tiny_decoder  # noqa: E402
+from rl_testing import make_train_batch, tiny_decoder
 
-from spade_jax.rl import RLConfig, make_train_step  # noqa: E402
-from spade_jax.run.checkpoint import Checkpointer, CheckpointError  # noqa: E402
+from spade_jax.rl import RLConfig, make_train_step
+from spade_jax.run.checkpoint import Checkpointer, CheckpointError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

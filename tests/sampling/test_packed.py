@@ -36,7 +36,9 @@ def test_decode_with_the_kernel_matches_xla_and_follows_parameter_updates(tiny):
 
     compare(sampler.generate(prompts, fast), sampler.generate(prompts, plain))
     sampled = fast.replace(temperature=0.8, top_p=0.9)
-    compare(sampler.generate(prompts, sampled, key=7), sampler.generate(prompts, sampled.replace(cpu_kernel="xla"), key=7))
+    compare(
+        sampler.generate(prompts, sampled, key=7), sampler.generate(prompts, sampled.replace(cpu_kernel="xla"), key=7)
+    )
 
     # A training step makes new parameter arrays: the packed copy must follow them.
     state = nnx.state(model, nnx.Param)

@@ -2,15 +2,15 @@
 the same tokens and logprobs as full prefills (reuse off), and every fallback path still does."""
 
 import dataclasses
-import sys as _sys
-from pathlib import Path as _Path
+import sys
+from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 from flax import nnx
 
-_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))  # test_rollout_device sits in tests/
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # test_rollout_device sits in tests/
 from test_rollout_device import _scripted_model  # a tiny Decoder whose replies are game actions
 
 from spade_jax.envs.library import load_library_env

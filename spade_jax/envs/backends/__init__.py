@@ -21,8 +21,8 @@ __all__ = [
 
 # The implementations register themselves (base.register_backend) when imported; the order of these
 # imports is the auto policy's order of preference.
-from spade_jax.envs.backends.jax.backend import JaxBackend  # noqa: F401, I001
-from spade_jax.envs.backends.sandbox.backend import SandboxBackend  # noqa: F401
+from spade_jax.envs.backends.jax.backend import JaxBackend  # noqa: F401 (imported to register it)
+from spade_jax.envs.backends.sandbox.backend import SandboxBackend  # noqa: F401 (imported to register it)
 
 # What the `backend` config key, validate(backend=...) and `check --backend` accept.
 BACKEND_CHOICES = ("auto", *_REGISTRY)

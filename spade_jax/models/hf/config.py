@@ -31,7 +31,7 @@ def spec_from_hf_config(config: dict[str, Any]) -> ModelSpec:
         raise ValueError(
             f"HF model_type {model_type!r} is not supported; supported families: {', '.join(ARCHS)}"
         )
-    from transformers import CONFIG_MAPPING  # noqa: PLC0415 (slow import, only needed here)
+    from transformers import CONFIG_MAPPING  # slow import, only needed here
 
     cfg = CONFIG_MAPPING[model_type].from_dict(dict(config))
     act = getattr(cfg, "hidden_act", "silu")
@@ -105,7 +105,7 @@ def spec_from_hf_config(config: dict[str, Any]) -> ModelSpec:
 
 def hf_config_from_spec(spec: ModelSpec, extra: dict[str, Any] | None = None, dtype=jnp.float32):
     """A transformers config object for `spec` (what `export_hf` writes as config.json)."""
-    from transformers import CONFIG_MAPPING  # noqa: PLC0415
+    from transformers import CONFIG_MAPPING
 
     rope = {"rope_type": "default", **(spec.rope_scaling_dict or {}), "rope_theta": spec.rope_theta}
     eos = list(spec.eos_token_ids)

@@ -25,9 +25,9 @@ class JaxBackend(EnvBackend):
         # Imported here: the transpiler pulls in gymnax and flax, and a broken one must leave the
         # sandbox working.
         try:
-            from spade_jax.envs.backends.jax.env import transpile  # noqa: PLC0415
-            from spade_jax.envs.backends.jax.equivalence import verify_equivalence  # noqa: PLC0415
-            from spade_jax.envs.backends.jax.ir import UnsupportedProgram  # noqa: PLC0415
+            from spade_jax.envs.backends.jax.env import transpile
+            from spade_jax.envs.backends.jax.equivalence import verify_equivalence
+            from spade_jax.envs.backends.jax.ir import UnsupportedProgram
         except Exception as exc:
             raise NotAdmitted(f"JAX backend unavailable ({type(exc).__name__}: {exc})") from None
         try:

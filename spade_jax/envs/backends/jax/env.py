@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import itertools
 import re
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -14,8 +13,9 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from spade_jax.envs.backends.jax.interp import Frame, Interp, Program, RngObj, SeedArg, is_dyn, kind_of
+from spade_jax.envs.backends.jax.interp import Interp, Program, RngObj, SeedArg, is_dyn, kind_of
 from spade_jax.envs.backends.jax.ir import (
+    _FAIL,
     BOOL,
     DTYPES,
     FLOAT,
@@ -25,12 +25,11 @@ from spade_jax.envs.backends.jax.ir import (
     Masked,
     Slotter,
     Spec,
-    StringTable,
     StrId,
+    StringTable,
     Text,
     TLit,
     UnsupportedProgram,
-    _FAIL,
     join_specs,
     render,
     template_text,
@@ -191,7 +190,8 @@ class TranspiledEnv(environment.Environment):
         if isinstance(obs, str):
             obs = TLit(obs)
         if not isinstance(obs, Text):
-            raise UnsupportedProgram(f"{'reset' if kind == 0 else 'step'}() returns an observation that is not a string")
+            method = "reset" if kind == 0 else "step"
+            raise UnsupportedProgram(f"{method}() returns an observation that is not a string")
         slotter = Slotter()
         template = slotter.freeze(obs)
         ni, nf = self.obs_sizes
@@ -246,11 +246,18 @@ class TranspiledEnv(environment.Environment):
                 elem = join_specs(elem, self._infer(x, name), where)
             return Spec("tuple" if isinstance(v, tuple) else "list", len(v), elem or Spec(INT))
         if v is None:
-            raise UnsupportedProgram(f"{where} is None (state must be a number, bool, string or fixed-length list; use a sentinel such as -1)")
+            raise UnsupportedProgram(
+                f"{where} is None (state must be a number, bool, string or fixed-length list; "
+                "use a sentinel such as -1)"
+            )
         if isinstance(v, Masked):
-            raise UnsupportedProgram(f"{where} is a list whose length depends on the game (lists in state must have a fixed length)")
+            raise UnsupportedProgram(
+                f"{where} is a list whose length depends on the game (lists in state must have a fixed length)"
+            )
         if isinstance(v, Text):
-            raise UnsupportedProgram(f"{where} holds text composed from data (only strings from a fixed set can be state)")
+            raise UnsupportedProgram(
+                f"{where} holds text composed from data (only strings from a fixed set can be state)"
+            )
         if isinstance(v, dict):
             raise UnsupportedProgram(f"{where} is a dict (use fixed-length lists)")
         raise UnsupportedProgram(f"{where} holds an unsupported value ({type(v).__name__})")

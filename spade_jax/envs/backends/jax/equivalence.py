@@ -114,7 +114,9 @@ def check_equivalence(
     steps = 0
     rng = np.random.default_rng(seed)
     for episode in range(n_episodes):
-        program: Any = sandbox_pool.load(source, class_name) if sandbox_pool is not None else InProcessProgram(source, class_name)
+        program: Any = (
+            sandbox_pool.load(source, class_name) if sandbox_pool is not None else InProcessProgram(source, class_name)
+        )
         try:
             steps += _play_episode(env, program, episode, seed, n_steps, rng, mismatches)
         except Exception as exc:  # the program itself raised: the backends disagree

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -56,7 +55,9 @@ class TokenRenderer:
     def _single(self, ch: str) -> int:
         ids = self.encode(ch)
         if len(ids) != 1:
-            raise ValueError(f"the tokenizer splits {ch!r} into {len(ids)} tokens; device rendering of numbers needs one")
+            raise ValueError(
+                f"the tokenizer splits {ch!r} into {len(ids)} tokens; device rendering of numbers needs one"
+            )
         return int(ids[0])
 
     def _lit(self, s: str) -> np.ndarray:

@@ -15,7 +15,6 @@ from typing import Any, Sequence
 
 from spade_jax.envs.backends.sandbox.config import SandboxConfig
 
-
 log = logging.getLogger("spade_jax.envs.backends.sandbox")
 
 # Environment inside the sandbox: nothing from the host survives.

@@ -26,7 +26,6 @@ from spade_jax.envs.backends.sandbox.isolation import (
 from spade_jax.envs.backends.sandbox.process import WORKER_FILE, WorkerProcess
 from spade_jax.envs.backends.sandbox.proxy import SandboxEnv
 
-
 log = logging.getLogger("spade_jax.envs.backends.sandbox")
 
 
@@ -40,10 +39,11 @@ class SandboxPool:
         self.isolation = detect_isolation(config)
         self.backend = self.isolation["backend"]
         if self.backend == "none" and not config.allow_unisolated:
+            details = self.isolation["details"]
             raise SandboxUnavailable(
-                "no sandbox isolation available (" + "; ".join(
-                    str(self.isolation["details"].get(k)) for k in ("bwrap", "unshare") if k in self.isolation["details"]
-                ) + "): install bubblewrap (apt-get install bubblewrap) or set "
+                "no sandbox isolation available ("
+                + "; ".join(str(details.get(k)) for k in ("bwrap", "unshare") if k in details)
+                + "): install bubblewrap (apt-get install bubblewrap) or set "
                 "SandboxConfig(allow_unisolated=True) to run untrusted code without it"
             )
         if self.backend == "none":
@@ -65,7 +65,9 @@ class SandboxPool:
         os.mkdir(self.site_dir)
         for d in _numpy_dirs():
             os.symlink(d, os.path.join(self.site_dir, os.path.basename(d)))
-        self.bwrap_args = _bwrap_base(self.python, prefix, _numpy_dirs(), os.geteuid() == 0) if self.backend == "bwrap" else []
+        self.bwrap_args = (
+            _bwrap_base(self.python, prefix, _numpy_dirs(), os.geteuid() == 0) if self.backend == "bwrap" else []
+        )
         self.cgroup_roots = _cgroup_roots() if self.isolation["layers"]["cgroups"] else {}
         self.cgroup_parent = f"spade-sandbox-{os.getpid()}-{id(self):x}"
         self._lock = threading.RLock()
@@ -169,7 +171,9 @@ class SandboxPool:
                 self._dying.append(worker)
         self._refill()
 
-    def _new_instance(self, worker: WorkerProcess, class_name: str, meta: dict, timeout: float | None = None) -> SandboxEnv:
+    def _new_instance(
+        self, worker: WorkerProcess, class_name: str, meta: dict, timeout: float | None = None
+    ) -> SandboxEnv:
         with self._lock:
             if worker not in self._busy:
                 raise EnvCrashed("the environment's process is gone; load the program again")
@@ -194,7 +198,9 @@ class SandboxPool:
         if not isinstance(source, str):
             raise TypeError(f"source must be a str, got {type(source).__name__}")
         if len(source) > self.config.max_input_chars:
-            raise ValueError(f"program of {len(source)} characters exceeds max_input_chars={self.config.max_input_chars}")
+            raise ValueError(
+                f"program of {len(source)} characters exceeds max_input_chars={self.config.max_input_chars}"
+            )
         worker = self._take()
         try:
             meta = worker.call({"op": "load", "source": source, "class_name": class_name}, timeout)

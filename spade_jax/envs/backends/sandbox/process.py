@@ -104,7 +104,9 @@ class WorkerProcess:
             worker_path = "/sandbox/worker.py"
         else:
             if pool.backend == "unshare":
-                cmd = [shutil.which("unshare") or "unshare", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child"]
+                cmd = [
+                    shutil.which("unshare") or "unshare", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child"
+                ]
                 if not root:
                     cmd += ["--user", "--map-root-user"]
             scratch_host = tempfile.mkdtemp(prefix="scratch-", dir=pool.tmpdir)
@@ -305,7 +307,10 @@ class WorkerProcess:
             send_message(self.wfd, request, deadline)
         except TimeoutError:
             self.kill("timed out")
-            raise EnvTimeout(f"{describe_request(request)} did not accept input within {timeout:g} s; the environment process was killed") from None
+            raise EnvTimeout(
+                f"{describe_request(request)} did not accept input within {timeout:g} s; "
+                "the environment process was killed"
+            ) from None
         except EOFError:
             msg = self._death_message(describe_request(request))
             self.kill(msg)
@@ -318,7 +323,9 @@ class WorkerProcess:
             reply = recv_message(self.rfd, deadline, self.pool.config.max_output_bytes)
         except TimeoutError:
             self.kill("timed out")
-            raise EnvTimeout(f"{what} did not return within {timeout:g} s; the environment process was killed") from None
+            raise EnvTimeout(
+                f"{what} did not return within {timeout:g} s; the environment process was killed"
+            ) from None
         except EOFError:
             msg = self._death_message(what)
             self.kill(msg)
@@ -326,7 +333,8 @@ class WorkerProcess:
         except OverflowError as exc:
             self.kill("output too large")
             raise EnvCrashed(
-                f"{what} produced a reply of {exc.args[0]} bytes, over the {self.pool.config.max_output_bytes}-byte output limit; the environment process was killed"
+                f"{what} produced a reply of {exc.args[0]} bytes, over the "
+                f"{self.pool.config.max_output_bytes}-byte output limit; the environment process was killed"
             ) from None
         except ValueError as exc:
             self.kill("protocol violation")

@@ -10,7 +10,6 @@ import struct
 import time
 from typing import Any
 
-
 HEADER = struct.Struct(">I")  # frame header: the payload's length, big-endian
 
 

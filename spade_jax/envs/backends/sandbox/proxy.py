@@ -55,7 +55,8 @@ class SandboxEnv:
             except TypeError:
                 raise ValueError(f"reset(seed=...) takes an int or None, got {type(seed).__name__}") from None
         value = self._worker.call(self._request("reset", seed=seed), self._timeout(timeout))
-        if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], dict)):
+        well_formed = isinstance(value, list) and len(value) == 2
+        if not (well_formed and isinstance(value[0], str) and isinstance(value[1], dict)):
             self._worker.kill("protocol violation")
             raise EnvCrashed("the environment process sent a malformed reset() reply; it was killed")
         return value[0], value[1]
@@ -64,7 +65,9 @@ class SandboxEnv:
         if not isinstance(action, str):
             raise TypeError(f"step(action) takes a str, got {type(action).__name__}")
         if len(action) > self._pool.config.max_input_chars:
-            raise ValueError(f"action of {len(action)} characters exceeds max_input_chars={self._pool.config.max_input_chars}")
+            raise ValueError(
+                f"action of {len(action)} characters exceeds max_input_chars={self._pool.config.max_input_chars}"
+            )
         return self._request("step", action=action)
 
     def _step_result(self, value: Any) -> tuple[str, float, bool, bool, dict]:

@@ -420,7 +420,11 @@ class Worker:
         method = getattr(self, f"op_{op}", None) if _isinstance(op, _str) else None
         if method is None:
             return {"ok": False, "kind": "protocol", "error": f"unknown operation {op!r}"}
-        where = f"{op}()" if op in ("reset", "step", "solution") else {"load": "loading the program", "new": "the constructor"}.get(op, op)
+        where = (
+            f"{op}()"
+            if op in ("reset", "step", "solution")
+            else {"load": "loading the program", "new": "the constructor"}.get(op, op)
+        )
         try:
             value = method(request)
         except _ContractError as exc:
@@ -433,7 +437,8 @@ class Worker:
             except OSError:
                 tasks = 1
             if tasks > 1:
-                return {"ok": False, "kind": "fatal", "error": f"{where} started a thread; environment programs must be single-threaded"}
+                error = f"{where} started a thread; environment programs must be single-threaded"
+                return {"ok": False, "kind": "fatal", "error": error}
         return {"ok": True, "value": value}
 
     def serve(self):

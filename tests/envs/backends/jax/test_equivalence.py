@@ -7,8 +7,7 @@ import pathlib
 import jax
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from spade_jax.envs.backends.jax import InProcessProgram, check_equivalence, transpile, try_jax_backend
 from spade_jax.envs.library import library_program, library_programs

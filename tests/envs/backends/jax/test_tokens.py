@@ -27,7 +27,7 @@ def test_token_buffer_decodes_to_rendered_text(lock_env):
         tokens, lengths = render(batch)
         assert tokens.shape == (6, 2048) and tokens.dtype == jnp.int32
         for i in range(6):
-            one = jax.tree.map(lambda x: x[i], batch)
+            one = jax.tree.map(lambda x: x[i], batch)  # noqa: B023 (called within this iteration)
             text = env.render_text(one)
             assert tok.decode(np.asarray(tokens[i, : int(lengths[i])]).tolist()) == text
             assert int(lengths[i]) == len(text.encode())  # byte tokenizer: one token per byte
@@ -53,7 +53,7 @@ def test_numbers_render_with_sign_and_width():
     obs, _ = jax.vmap(env.reset, in_axes=(0, None))(keys, env.default_params)
     tokens, lengths = render(obs)
     for i in range(64):
-        text = env.render_text(jax.tree.map(lambda x: x[i], obs))
+        text = env.render_text(jax.tree.map(lambda x: x[i], obs))  # noqa: B023 (called within this iteration)
         assert tok.decode(np.asarray(tokens[i, : int(lengths[i])]).tolist()) == text
 
 

@@ -156,7 +156,7 @@ def test_a_program_that_unrolls_into_a_huge_graph_is_refused_before_compiling():
 
 
 def test_solution_sampling_stops_at_its_evaluation_budget(monkeypatch):
-    import spade_jax.envs.backends.jax.env as env_module  # noqa: PLC0415
+    import spade_jax.envs.backends.jax.env as env_module
 
     source = library_program("code_breaker").path.read_text()  # ~4k evaluations for 48 samples
     full = transpile(source)._solution_samples()

@@ -3,16 +3,15 @@ is written on the host, no connection is made, nothing is left running, and we s
 
 import os
 import socket
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-import sys as _sys
-from pathlib import Path as _Path
-
-_sys.path.insert(0, str(_Path(__file__).resolve().parents[2]))  # sandbox_helpers sits in tests/envs
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # sandbox_helpers sits in tests/envs
 from sandbox_helpers import corpus_files, processes_with_uid_in, wait_until_gone
+
 from spade_jax.envs.backends.sandbox import EnvError, SandboxConfig, SandboxPool
 from spade_jax.envs.validate import ValidationConfig, validate
 

@@ -4,16 +4,16 @@ timeouts and crashes with respawn, attribute access and batched stepping."""
 import os
 import random
 import shutil
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-import sys as _sys
-from pathlib import Path as _Path
-
-_sys.path.insert(0, str(_Path(__file__).resolve().parents[2]))  # sandbox_helpers sits in tests/envs
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # sandbox_helpers sits in tests/envs
 from sandbox_helpers import processes_with_uid_in
+
 from spade_jax.envs.backends.sandbox import (
     EnvCrashed,
     EnvError,
@@ -57,7 +57,7 @@ class CounterEnv:
 
     def solution(self):
         return [str(self.target)]
-'''
+'''  # noqa: E501 (program text, run in the sandbox)
 
 
 def reference_episode(seed, actions):

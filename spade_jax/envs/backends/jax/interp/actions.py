@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from spade_jax.envs.backends.jax.interp.predication import table_lookup
-from spade_jax.envs.backends.jax.ir import ActionVal, StrId, UnsupportedProgram, _FAIL
+from spade_jax.envs.backends.jax.ir import _FAIL, ActionVal, StrId, UnsupportedProgram
 
 
 class ActionValues:

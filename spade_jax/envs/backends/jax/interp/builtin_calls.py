@@ -10,11 +10,11 @@ import numpy as np
 
 from spade_jax.envs.backends.jax.interp.predication import and_, not_, or_
 from spade_jax.envs.backends.jax.interp.values import (
+    _HOST_BUILTINS,
     BoundMethod,
     Lambda,
     RngObj,
     SeedArg,
-    _HOST_BUILTINS,
     _Attr,
     _Builtin,
     _ev_deep,
@@ -174,7 +174,9 @@ class Builtins:
                 dtype = jnp.float32 if FLOAT in kinds else jnp.int32
                 if dtype == jnp.int32:
                     fill = np.iinfo(np.int32).max if name == "min" else np.iinfo(np.int32).min
-                stacked = jnp.stack([jnp.where(jnp.asarray(c, bool), jnp.asarray(_num(v), dtype), fill) for c, v in seq.items])
+                stacked = jnp.stack(
+                    [jnp.where(jnp.asarray(c, bool), jnp.asarray(_num(v), dtype), fill) for c, v in seq.items]
+                )
                 return (jnp.min if name == "min" else jnp.max)(stacked)
             items = self.iterate_plain(seq, node)
         else:

@@ -11,13 +11,13 @@ import jax.numpy as jnp
 
 from spade_jax.envs.backends.jax.interp.predication import Frame
 from spade_jax.envs.backends.jax.interp.values import (
+    _HOST_METHODS,
+    _RE_FUNCS,
+    _STR_METHODS,
     BoundMethod,
     Func,
     Lambda,
     RngObj,
-    _HOST_METHODS,
-    _RE_FUNCS,
-    _STR_METHODS,
     _Attr,
     _Builtin,
     _DictView,
@@ -129,7 +129,9 @@ class Calls:
             return self.draw(name, args, kwargs, node)
         if name.startswith("_"):
             raise unsupported(node, f"method {name}")
-        if isinstance(base, list) and name in ("append", "extend", "insert", "pop", "remove", "sort", "reverse", "count", "index", "copy"):
+        if isinstance(base, list) and name in (
+            "append", "extend", "insert", "pop", "remove", "sort", "reverse", "count", "index", "copy"
+        ):
             return self.list_method(base, name, [self._lower_deep(a) for a in args], kwargs, node, frame)
         if isinstance(base, ActionVal) or any(isinstance(a, ActionVal) for a in args):
             if self._has_dyn(base) or any(self._has_dyn(a) for a in args):
@@ -150,8 +152,10 @@ class Calls:
             if name not in _STR_METHODS:
                 raise unsupported(node, f"str.{name}()")
             if self._has_dyn(args):
-                if name in ("count", "find", "index", "startswith", "endswith") and len(args) == 1 and isinstance(args[0], StrId):
-                    return self.table_map(args[0], lambda s: getattr(base, name)(s), INT if name in ("count", "find", "index") else BOOL)
+                searches = ("count", "find", "index", "startswith", "endswith")
+                if name in searches and len(args) == 1 and isinstance(args[0], StrId):
+                    kind = INT if name in ("count", "find", "index") else BOOL
+                    return self.table_map(args[0], lambda s: getattr(base, name)(s), kind)
                 raise unsupported(node, f"str.{name}() with data-dependent arguments")
             return getattr(base, name)(*args, **kwargs)
         if isinstance(base, StrId):

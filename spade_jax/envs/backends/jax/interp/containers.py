@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from spade_jax.envs.backends.jax.interp.predication import Frame, and_
 from spade_jax.envs.backends.jax.interp.values import Lambda, _DictView, _ev, _kind_name
-from spade_jax.envs.backends.jax.ir import ActionVal, Masked, StrId, _FAIL, unsupported
+from spade_jax.envs.backends.jax.ir import _FAIL, ActionVal, Masked, StrId, unsupported
 
 
 class Containers:
@@ -136,7 +136,9 @@ class Containers:
                 return None
             target = node.func.value
             if not isinstance(target, ast.Name):
-                raise unsupported(node, "append to a list of the instance in a data-dependent branch (its length would vary)")
+                raise unsupported(
+                    node, "append to a list of the instance in a data-dependent branch (its length would vary)"
+                )
             items = self.as_masked(base, node).items + [(act, args[0])]
             frame.locals[target.id] = Masked(items)
             return None

@@ -21,7 +21,10 @@ class RandomDraws:
             raise _NeedsState()
         if self.key is None:
             where = "step()" if self.in_step else "this method"
-            raise unsupported(node, f"random draw in {where} (only reset() may draw; the sandbox's random stream cannot be reproduced)")
+            raise unsupported(
+                node,
+                f"random draw in {where} (only reset() may draw; the sandbox's random stream cannot be reproduced)",
+            )
         self.key, sub = jax.random.split(self.key)
         return sub
 
@@ -29,7 +32,9 @@ class RandomDraws:
         if self.host:
             if self.pyrng is None:
                 raise _NeedsState()
-            if name not in ("randint", "randrange", "random", "uniform", "choice", "choices", "shuffle", "sample", "gauss"):
+            if name not in (
+                "randint", "randrange", "random", "uniform", "choice", "choices", "shuffle", "sample", "gauss"
+            ):
                 raise unsupported(node, f"random.{name}()")
             if isinstance(args[0] if args else None, Masked):
                 raise unsupported(node, f"random.{name} of a filtered list")

@@ -10,8 +10,8 @@ import numpy as np
 from jax import lax
 
 from spade_jax.envs.backends.jax.interp.predication import (
-    Frame,
     _UNSET,
+    Frame,
     _NeedsState,
     _pand,
     _por,
@@ -22,12 +22,12 @@ from spade_jax.envs.backends.jax.interp.predication import (
     table_lookup,
 )
 from spade_jax.envs.backends.jax.interp.values import (
+    _BUILTINS,
     BoundMethod,
     Func,
     Module,
     RngObj,
     SeedArg,
-    _BUILTINS,
     _as,
     _Attr,
     _Builtin,
@@ -41,7 +41,6 @@ from spade_jax.envs.backends.jax.interp.values import (
     kind_of,
 )
 from spade_jax.envs.backends.jax.ir import BOOL, FLOAT, STR, ActionVal, Masked, StrId, Text, unsupported
-
 
 # Loops unroll when traced, so a program can trace into a graph too large for XLA to compile (a
 # library knapsack retuned to 12 items brute-forces 4096 subsets: 221k operations, a 2-minute
@@ -83,7 +82,8 @@ class Expressions:
             for value in expr.values:
                 # Later operands run only where the earlier action-only ones let them.
                 if pure is not None:
-                    frame.apath = _pand(saved_apath, pure if is_and else self.actionval(lambda t, p=pure: p.eval(t) is not True))
+                    later = pure if is_and else self.actionval(lambda t, p=pure: p.eval(t) is not True)
+                    frame.apath = _pand(saved_apath, later)
                 try:
                     kind, *rest = self._cond_parts(value, frame)
                 finally:

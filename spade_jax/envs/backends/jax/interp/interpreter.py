@@ -13,11 +13,11 @@ from spade_jax.envs.backends.jax.interp.containers import Containers
 from spade_jax.envs.backends.jax.interp.draws import RandomDraws
 from spade_jax.envs.backends.jax.interp.expressions import MAX_TRACED_OPS, Expressions
 from spade_jax.envs.backends.jax.interp.operators import Operators
-from spade_jax.envs.backends.jax.interp.predication import Frame, _UNSET, _NeedsState
+from spade_jax.envs.backends.jax.interp.predication import _UNSET, Frame, _NeedsState
 from spade_jax.envs.backends.jax.interp.statements import Statements
 from spade_jax.envs.backends.jax.interp.text import TextOps
 from spade_jax.envs.backends.jax.interp.values import is_dyn
-from spade_jax.envs.backends.jax.ir import ActionVal, Masked, StrId, StringTable, Text, _FAIL, unsupported
+from spade_jax.envs.backends.jax.ir import _FAIL, ActionVal, Masked, StrId, StringTable, Text, unsupported
 
 if TYPE_CHECKING:  # Program builds an Interp to fold its constants
     from spade_jax.envs.backends.jax.interp.program import Program

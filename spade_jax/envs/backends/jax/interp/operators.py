@@ -53,7 +53,8 @@ class Operators:
                 return self.actionval(lambda t: pyop(_ev(a, t), _ev(b, t)))
         if not self._has_dyn(a) and not self._has_dyn(b):
             if isinstance(op, ast.Mult) and isinstance(a, (list, tuple, str)) + isinstance(b, (list, tuple, str)) == 1:
-                n = (len(a) if isinstance(a, (list, tuple, str)) else 1) * (b if isinstance(b, int) else a if isinstance(a, int) else 1)
+                times = b if isinstance(b, int) else a if isinstance(a, int) else 1
+                n = (len(a) if isinstance(a, (list, tuple, str)) else 1) * times
                 if isinstance(n, int) and n > 1_000_000:
                     raise unsupported(node, "sequence repeated into more than a million items")
             if isinstance(op, (ast.Pow, ast.LShift)) and isinstance(b, int) and b > 4096:
@@ -116,9 +117,9 @@ class Operators:
                 left = result
                 if not self._has_dyn(right):
                     if is_and:
-                        result = self.actionval(lambda s, l=left, r=right: _ev(l, s) and _ev(r, s))
+                        result = self.actionval(lambda s, lhs=left, rhs=right: _ev(lhs, s) and _ev(rhs, s))
                     else:
-                        result = self.actionval(lambda s, l=left, r=right: _ev(l, s) or _ev(r, s))
+                        result = self.actionval(lambda s, lhs=left, rhs=right: _ev(lhs, s) or _ev(rhs, s))
                     continue
                 t = self.lower(t)
                 left = self.lower(left)
@@ -256,7 +257,9 @@ class Operators:
         if is_num(a) and is_num(b):
             dtype = jnp.float32 if FLOAT in (kind_of(a), kind_of(b)) else (
                 jnp.bool_ if kind_of(a) == kind_of(b) == BOOL else jnp.int32)
-            return lax.eq(_as(a if dtype == jnp.bool_ else _num(a), dtype), _as(b if dtype == jnp.bool_ else _num(b), dtype))
+            return lax.eq(
+                _as(a if dtype == jnp.bool_ else _num(a), dtype), _as(b if dtype == jnp.bool_ else _num(b), dtype)
+            )
         if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
             if type(a) is not type(b) or len(a) != len(b):
                 return False

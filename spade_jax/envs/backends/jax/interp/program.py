@@ -7,7 +7,7 @@ import ast
 
 from spade_jax.envs.backends.jax.interp.interpreter import Interp
 from spade_jax.envs.backends.jax.interp.predication import Frame
-from spade_jax.envs.backends.jax.interp.values import Module, _MODULES
+from spade_jax.envs.backends.jax.interp.values import _MODULES, Module
 from spade_jax.envs.backends.jax.ir import StringTable, UnsupportedProgram, unsupported
 
 

@@ -10,8 +10,8 @@ import numpy as np
 from jax import lax
 
 from spade_jax.envs.backends.jax.interp.predication import (
-    Frame,
     _UNSET,
+    Frame,
     _always_exits,
     _BreakOut,
     _NeedsState,
@@ -22,9 +22,9 @@ from spade_jax.envs.backends.jax.interp.predication import (
     where,
 )
 from spade_jax.envs.backends.jax.interp.values import (
+    _MODULES,
     Module,
     RngObj,
-    _MODULES,
     _as,
     _kind_name,
     _num,
@@ -34,6 +34,7 @@ from spade_jax.envs.backends.jax.interp.values import (
     kind_of,
 )
 from spade_jax.envs.backends.jax.ir import (
+    _FAIL,
     BOOL,
     FLOAT,
     ActionVal,
@@ -41,7 +42,6 @@ from spade_jax.envs.backends.jax.ir import (
     StrId,
     Text,
     UnsupportedProgram,
-    _FAIL,
     select_text,
     unsupported,
 )
@@ -293,7 +293,9 @@ class Statements:
                 raise unsupported(node, "dict item assignment with a data-dependent key")
             if len(idxs) > 1:
                 return self.set_in(container[idx], idxs[1:], value, cond, node)
-            container[idx] = value if cond is True or idx not in container else self.merge(cond, value, container[idx], node)
+            container[idx] = (
+                value if cond is True or idx not in container else self.merge(cond, value, container[idx], node)
+            )
             return
         if not isinstance(container, list):
             raise unsupported(node, "item assignment into something that is not a fixed-length list")
@@ -372,7 +374,7 @@ class Statements:
             ma, mb = self.as_masked(a, node), self.as_masked(b, node)
             if len(ma.items) != len(mb.items):
                 raise unsupported(node, "a filtered list built differently on two paths")
-            return Masked([(self.merge(c, ca, cb, node) if not (ca is cb) else ca, self.merge(c, va, vb, node))
+            return Masked([(self.merge(c, ca, cb, node) if ca is not cb else ca, self.merge(c, va, vb, node))
                            for (ca, va), (cb, vb) in zip(ma.items, mb.items)])
         raise unsupported(node, f"values of different kinds on two paths ({_kind_name(a)} and {_kind_name(b)})")
 

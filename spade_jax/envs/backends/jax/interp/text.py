@@ -12,6 +12,7 @@ import numpy as np
 from spade_jax.envs.backends.jax.interp.predication import or_, table_lookup
 from spade_jax.envs.backends.jax.interp.values import _ev, _kind_name, is_dyn, kind_of
 from spade_jax.envs.backends.jax.ir import (
+    _FAIL,
     BOOL,
     EMPTY,
     FLOAT,
@@ -24,7 +25,6 @@ from spade_jax.envs.backends.jax.ir import (
     TLit,
     TSel,
     TVal,
-    _FAIL,
     cat,
     unsupported,
 )
@@ -131,7 +131,9 @@ class TextOps:
             for c, v in iterable.items:
                 piece = self.to_text(self._as_dyn(v), "", node)
                 if sep:
-                    lead = TLit(sep) if any_before is True else (EMPTY if any_before is False else TSel(any_before, TLit(sep), EMPTY))
+                    lead = TLit(sep) if any_before is True else (
+                        EMPTY if any_before is False else TSel(any_before, TLit(sep), EMPTY)
+                    )
                     piece = cat(lead, piece)
                 out = cat(out, piece if c is True else TSel(c, piece, EMPTY))
                 any_before = or_(any_before, c)

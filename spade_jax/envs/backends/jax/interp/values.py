@@ -11,8 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from spade_jax.envs.backends.jax.ir import BOOL, FLOAT, INT, ActionVal, Masked, StrId, Text, _FAIL
-
+from spade_jax.envs.backends.jax.ir import _FAIL, BOOL, FLOAT, INT, ActionVal, Masked, StrId, Text
 
 _MODULES = {"random", "re", "math", "string"}
 _STR_METHODS = {
