@@ -101,6 +101,8 @@ def _run_locked(config, run_dir) -> None:
             while selfplay.iteration < config.iterations:
                 iteration = selfplay.iteration
                 metrics = selfplay.step()
+                if config.eval_every and selfplay.iteration % config.eval_every == 0:
+                    metrics.update(evaluate_agent(config, loaded, mesh))
                 logger.log(iteration, metrics)
                 run_dir.mark_progress()
                 done = selfplay.iteration
@@ -111,6 +113,28 @@ def _run_locked(config, run_dir) -> None:
                 checkpoints.close()  # an asynchronous save in flight lands, with its digest
         finally:
             sandbox.close()
+
+
+def evaluate_agent(config, loaded, mesh) -> dict:
+    """The agent's held-out success now (config.eval_suite), greedy, in the run's answer format."""
+    import time
+
+    from spade_jax import evaluation
+    from spade_jax.rollout import AGENT_SYSTEM
+    from spade_jax.sampling import SamplingConfig
+
+    started = time.perf_counter()
+    sampling = SamplingConfig(max_new_tokens=config.agent_sampling.max_new_tokens, temperature=0.0,
+                              stop_strings=config.agent_sampling.stop_strings)
+    policy = evaluation.model_policy(loaded.model, loaded.tokenizer, sampling, mesh=mesh, seed=config.seed,
+                                     reply_prefix=config.rollout.reply_prefix)
+    system = AGENT_SYSTEM if config.rollout.system_prompt is None else config.rollout.system_prompt
+    report = evaluation.evaluate(policy, config.eval_suite, batch_size=config.max_parallel_episodes,
+                                 system_prompt=system or None)
+    out = {"eval/success_rate": report.success_rate, "eval/success_rate_low": report.ci_low,
+           "eval/success_rate_high": report.ci_high, "time/eval": time.perf_counter() - started}
+    out.update({f"eval/{task.env_id}": task.success_rate for task in report.tasks})
+    return out
 
 
 def _resume_config(args):

@@ -22,6 +22,7 @@ from spade_jax.curriculum.corpus import CorpusConfig
 from spade_jax.envs.backends import BACKEND_CHOICES
 from spade_jax.envs.backends.sandbox import SandboxConfig
 from spade_jax.envs.validate import ValidationConfig
+from spade_jax.evaluation.suites import SUITES
 from spade_jax.knobs import ConfigError, choice, finite as _finite, in_range, positive
 from spade_jax.mesh import MeshConfig
 from spade_jax.rl.config import RLConfig
@@ -298,6 +299,10 @@ class Config:
     keep_checkpoints: int = 3  # checkpoints kept on disk (older ones are deleted)
     tensorboard: bool = True  # write TensorBoard event files
     progress: bool = True  # show a progress bar on the terminal
+    # Score the agent on the held-out suite `eval_suite` every this many iterations (0: never); greedy,
+    # in the run's answer format; eval/success_rate and its 95% interval go into metrics, plots, summary.
+    eval_every: int = 0
+    eval_suite: str = "small"  # a suite of spade_jax.evaluation.SUITES (small: calibrated for small models)
     model: ModelConfig = field(default_factory=ModelConfig)
     mesh: MeshConfig = field(default_factory=MeshConfig)
     designer_sampling: SamplingConfig = field(
@@ -327,6 +332,8 @@ class Config:
                     "checkpoint_every", "keep_checkpoints", "design_attempts"):
             positive(getattr(self, key), key)
         positive(self.min_valid_envs, "min_valid_envs", allow_zero=True)
+        positive(self.eval_every, "eval_every", allow_zero=True)
+        choice(self.eval_suite, tuple(SUITES), "eval_suite")
         for key in ("nohint_plays_total", "global_batch"):
             if getattr(self, key) is not None:
                 positive(getattr(self, key), key)

@@ -35,6 +35,7 @@ from spade_jax.envs.api import extract_boxed
 from spade_jax.envs.backends import compile_env
 from spade_jax.envs.program import ProgramError
 from spade_jax.envs.validate import validate
+from spade_jax.evaluation.stats import wilson_interval
 from spade_jax.rl.advantages import get_advantage_estimator
 from spade_jax.rl.batch import AGENT, DESIGNER
 from spade_jax.rl.collate import Sample
@@ -411,8 +412,11 @@ class SelfPlay:
             else:
                 env.r_hint, env.r_hint_max = float(episode.mean()), float(episode.max())
         played = [t for t in trajectories if t.group[1] == "nohint"]
+        low, high = wilson_interval(sum(t.won for t in played), len(played)) if played else (math.nan, math.nan)
         out = {
             "agent/win_rate": float(np.mean([t.won for t in played])) if played else float("nan"),
+            "agent/win_rate_low": low,  # 95% Wilson interval of the win rate over this iteration's plays
+            "agent/win_rate_high": high,
             "agent/mean_reward": float(np.mean([t.episode_reward for t in played])) if played else float("nan"),
             "agent/episodes": len(trajectories),
             "agent/mean_turns": float(np.mean([len(t.actions) for t in trajectories])) if trajectories else 0.0,

@@ -52,3 +52,17 @@ def test_bad_override_and_missing_resume_dir_are_one_line_errors(tmp_path, capsy
     assert "config 'nope' not found" in capsys.readouterr().err
     assert run_main(["--config", "tiny", "--out", str(tmp_path / "absent"), "--resume"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_eval_every_scores_the_agent_during_the_run_and_plots_it(tmp_path):
+    out = tmp_path / "run"
+    assert run_main(["--config", "tiny", "--out", str(out), "iterations=1", "eval_every=1", "eval_suite=small",
+                     "tensorboard=false"]) == 0
+    (record,) = _metrics(out)
+    assert 0.0 <= record["eval/success_rate_low"] <= record["eval/success_rate"] <= record["eval/success_rate_high"]
+    assert {"eval/rg:isomorphic_strings", "eval/rg:ransom_note", "eval/rg:course_schedule"} <= set(record)
+    assert record["agent/win_rate_low"] <= record["agent/win_rate"] <= record["agent/win_rate_high"]
+    # Refreshed every iteration, not only at the end.
+    assert (out / "plots" / "eval_success_rate.png").is_file() and (out / "plots" / "agent_win_rate.png").is_file()
+    assert "eval/success_rate" in (out / "summary.md").read_text()

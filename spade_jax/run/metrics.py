@@ -38,7 +38,7 @@ class RunLogger:
         progress: bool = True,
         total_iterations: int | None = None,
         start_iteration: int = 0,
-        plot_every: int = 10,
+        plot_every: int = 1,
     ):
         if start_iteration < 0:
             raise ValueError(f"start_iteration must be >= 0, got {start_iteration}")

@@ -15,6 +15,7 @@ from spade_jax.run.records import fmt, number, plain
 # Metrics drawn in plots/, in this order; only those a run logged get a figure.
 PLOT_KEYS = (
     "agent/win_rate",
+    "eval/success_rate",
     "designer/valid_rate",
     "designer/regret_mean",
     "curriculum/in_band_share",
@@ -56,6 +57,12 @@ def write_plots(run_dir: Path, history: list[dict]) -> list[Path]:
         ax = fig.add_subplot(1, 1, 1)
         xs, ys = zip(*points)
         ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, linewidth=1.5)
+        band = [(r["iteration"], number(r.get(f"{key}_low")), number(r.get(f"{key}_high"))) for r in history]
+        band = [(x, lo, hi) for x, lo, hi in band if lo is not None and hi is not None]
+        if band:  # a 95% interval logged beside the metric as <key>_low / <key>_high
+            bx, lo, hi = zip(*band)
+            ax.fill_between(bx, lo, hi, alpha=0.2, linewidth=0, label="95% interval")
+            ax.legend(loc="best", fontsize="small")
         ax.set_xlabel("iteration")
         ax.set_ylabel(key)
         ax.set_title(key)
