@@ -1,4 +1,4 @@
-"""Episodes per second of the device loop (`rollout_device.play_episodes_device`: whole episodes in one
+"""Episodes per second of the device loop (`rollout.play_episodes_device`: whole episodes in one
 compiled loop) against the host loop (`rollout.play_episodes` over `text_env()` instances with a
 `Sampler` generate), same transpiled environment, model, batch, greedy decoding, same machine.
 
@@ -21,8 +21,7 @@ import jax
 from spade_jax import roles
 from spade_jax.envs.backends.jax import transpile
 from spade_jax.envs.library import library_program
-from spade_jax.rollout import Generation, RolloutConfig, play_episodes
-from spade_jax.rollout_device import DeviceRollout
+from spade_jax.rollout import DeviceRollout, Generation, RolloutConfig, play_episodes
 from spade_jax.sampling import Sampler, SamplingConfig
 
 

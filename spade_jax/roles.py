@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from spade_jax.curriculum.corpus import Document, truncate_text
+from spade_jax.envs.api import boxed_command
 from spade_jax.envs.constants import apply_tuning, constant_lines
 from spade_jax.envs.program import strip_thinking
 from spade_jax.rollout import AGENT_SYSTEM, with_hint  # the agent's turn format lives with the episodes
@@ -522,7 +523,6 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _FORMAT_WORDS = r"(?:a|an|always|written|given|entered|typed|formatted|expected|in)\b"
 _LEAK = re.compile(r"\\boxed|\bthe (?:final )?answer is\b(?!\s+" + _FORMAT_WORDS + r")|\banswer\s*:|\bsolution is\b"
                    r"|\bsolution\s*:", re.IGNORECASE)
-_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
 
 def _solution_tokens(solution: Any) -> list[str]:
@@ -531,8 +531,8 @@ def _solution_tokens(solution: Any) -> list[str]:
     actions = list(solution) if isinstance(solution, (list, tuple)) else [str(solution)]
     tokens = []
     for action in actions:
-        found = _BOXED.findall(str(action))
-        tokens.append((found[-1] if found else str(action)).strip().lower())
+        command = boxed_command(str(action))
+        tokens.append(command if command is not None else str(action).strip().lower())
     return [t for t in tokens if t]
 
 

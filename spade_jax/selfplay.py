@@ -39,8 +39,14 @@ from spade_jax.evaluation.stats import wilson_interval
 from spade_jax.rl.advantages import get_advantage_estimator
 from spade_jax.rl.batch import AGENT, DESIGNER
 from spade_jax.rl.collate import Sample
-from spade_jax.rollout import AGENT_SYSTEM, ENV_ERROR_KINDS, Generation, play_episodes, with_hint
-from spade_jax.rollout_device import play_episodes_device
+from spade_jax.rollout import (
+    AGENT_SYSTEM,
+    ENV_ERROR_KINDS,
+    Generation,
+    play_episodes,
+    play_episodes_device,
+    with_hint,
+)
 
 log = logging.getLogger("spade_jax.selfplay")
 

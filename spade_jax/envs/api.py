@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import math
 import random
+import re
 from collections.abc import Iterator
 from typing import Callable, Protocol, runtime_checkable
 
@@ -16,6 +17,8 @@ __all__ = [
     "TextEnv",
     "Episode",
     "extract_boxed",
+    "boxed_contents",
+    "boxed_command",
     "episode_reward",
     "run_episode",
     "global_rng_state",
@@ -75,6 +78,22 @@ def extract_boxed(text: str, *, first: bool = False) -> str | None:
             return content
         start = text.rfind("\\boxed", 0, start)
     return None
+
+
+# The library idiom (environment programs read their command this way): \boxed{...} without braces inside.
+_FLAT_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+
+
+def boxed_contents(text: str) -> list[str]:
+    """Contents of every \\boxed{...} in `text` that holds no brace, in order, unstripped."""
+    return _FLAT_BOXED.findall(text)
+
+
+def boxed_command(text: str) -> str | None:
+    """The library idiom: the last brace-free \\boxed{...} content, stripped and lower-cased (None
+    without one); unlike `extract_boxed`, a nested or spaced \\boxed is not read."""
+    found = boxed_contents(text)
+    return found[-1].strip().lower() if found else None
 
 
 def episode_reward(last_reward: float, terminated: bool) -> float:

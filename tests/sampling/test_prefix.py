@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # test_rollout_device sits in tests/
-from test_rollout_device import _scripted_model  # a tiny Decoder whose replies are game actions
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rollout"))  # the device loop's tests
+from test_device import _scripted_model  # a tiny Decoder whose replies are game actions
 
 from spade_jax.envs.library import load_library_env
 from spade_jax.models.presets import get_preset, init_decoder

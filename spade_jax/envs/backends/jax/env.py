@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import itertools
-import re
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +12,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
+from spade_jax.envs.api import boxed_contents
 from spade_jax.envs.backends.jax.interp import Interp, Program, RngObj, SeedArg, is_dyn, kind_of
 from spade_jax.envs.backends.jax.ir import (
     _FAIL,
@@ -357,10 +357,9 @@ class TranspiledEnv(environment.Environment):
                 seen.add(text)
                 out.append(text)
 
-        boxed = re.compile(r"\\boxed\{([^{}]*)\}")
         for s in strs:
-            for m in boxed.finditer(s):
-                inner = m.group(1).strip()
+            for content in boxed_contents(s):
+                inner = content.strip()
                 if inner and not any(ch in inner for ch in ".…") and len(inner) <= 30:
                     add(f"\\boxed{{{inner}}}")
         for s in strs:
@@ -373,7 +372,7 @@ class TranspiledEnv(environment.Environment):
             add(f"\\boxed{{{i}}}")
         for s in samples:
             add(s)
-        contents = [m.group(1).strip() for s in samples for m in boxed.finditer(s)]
+        contents = [c.strip() for s in samples for c in boxed_contents(s)]
         by_length: dict[int, set] = {}
         for c in contents:
             if c.isdigit() and len(c) >= 2:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from spade_jax.envs.backends.jax import transpile
+from spade_jax.envs.backends.jax.tokens import ObservationTokens
 from spade_jax.envs.library import library_program
 from spade_jax.models.tokenizer import byte_tokenizer
 
@@ -13,6 +14,12 @@ from spade_jax.models.tokenizer import byte_tokenizer
 @pytest.fixture(scope="module")
 def lock_env():
     program = library_program("modular_lock")
+    return transpile(program.source, program.class_name, fast_compile=True)
+
+
+@pytest.fixture(scope="module")
+def odd_env():
+    program = library_program("odd_one_out")
     return transpile(program.source, program.class_name, fast_compile=True)
 
 
@@ -78,3 +85,21 @@ def test_unsupported_float_format_is_named():
     env = transpile(source)
     with pytest.raises(ValueError, match="floats formatted with '.Nf'"):
         env.token_renderer(byte_tokenizer(), 64)
+
+
+def test_observation_tokens_decode_to_the_rendered_text(odd_env):
+    tokenizer = byte_tokenizer()
+    renderers = [ObservationTokens(odd_env, tokenizer, kind) for kind in (0, 1)]
+    keys = jax.random.split(jax.random.PRNGKey(5), 12)
+    records, states = jax.vmap(odd_env.reset_env, in_axes=(0, None))(keys, odd_env.default_params)
+    rng = np.random.default_rng(0)
+    step = jax.jit(jax.vmap(lambda k, s, a: odd_env.step_env(k, s, a, odd_env.default_params)[:2]),
+                   compiler_options=odd_env.compiler_options)
+    for kind in (0, 1, 1, 1):
+        if kind == 1:
+            records, states = step(keys, states, jnp.asarray(rng.integers(0, odd_env.num_actions, 12), jnp.int32))
+        tokens, lengths = jax.jit(jax.vmap(renderers[kind]))(records)
+        for row in range(12):
+            text = odd_env.render_text(jax.tree.map(lambda x, row=row: x[row], records))
+            assert tokenizer.decode(np.asarray(tokens[row, : int(lengths[row])]).tolist()) == text
+            assert int(lengths[row]) <= renderers[kind].bound

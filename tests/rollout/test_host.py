@@ -5,11 +5,9 @@ import pytest
 from spade_jax.envs.library import load_library_env
 from spade_jax.models.tokenizer import byte_tokenizer
 from spade_jax.rollout import (
-    ENV_ERROR_KINDS,
     ChatStream,
     Generation,
     RolloutConfig,
-    classify_env_error,
     play_episodes,
 )
 
@@ -22,31 +20,6 @@ def tokenizer():
 def _reply(tokenizer, text, eos=True):
     ids = tokenizer.encode(text, add_special_tokens=False)
     return ids + ([tokenizer.eos_token_ids[0]] if eos else [])
-
-
-def test_chat_stream_matches_the_template_rendering_of_the_whole_conversation(tokenizer):
-    stream = ChatStream(tokenizer, system_prompt="Play well.")
-    tokens = stream.first_turn("board 1")
-    replies = ["I move \\boxed{up}", "then \\boxed{left}"]
-    observations = ["board 2", "board 3"]
-    for reply, obs in zip(replies, observations):
-        tokens += _reply(tokenizer, reply)
-        tokens += stream.next_turn(_reply(tokenizer, reply), obs)
-    messages = [{"role": "system", "content": "Play well."}, {"role": "user", "content": "board 1"}]
-    for reply, obs in zip(replies, observations):
-        messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": obs}]
-    # The reference: the template renders the whole conversation in one go.
-    assert tokens == tokenizer.encode_chat(messages, add_generation_prompt=True)
-
-
-def test_a_reply_cut_by_length_gets_the_end_of_turn_from_the_template(tokenizer):
-    stream = ChatStream(tokenizer)
-    tokens = stream.first_turn("obs")
-    cut = _reply(tokenizer, "\\boxed{1", eos=False)
-    tokens += cut + stream.next_turn(cut, "next")
-    messages = [{"role": "user", "content": "obs"}, {"role": "assistant", "content": "\\boxed{1"},
-                {"role": "user", "content": "next"}]
-    assert tokens == tokenizer.encode_chat(messages, add_generation_prompt=True)
 
 
 class _Scripted:
@@ -142,18 +115,6 @@ def test_an_env_error_loses_the_episode_with_reward_minus_one_and_keeps_its_loss
         RolloutConfig(env_error_reward=-2.0)
 
 
-def test_env_errors_are_classified_by_kind():
-    from spade_jax.envs.backends.sandbox import EnvCrashed, EnvError, EnvTimeout, SandboxError
-
-    assert classify_env_error(EnvTimeout("step() did not return")) == "timeout"
-    assert classify_env_error(TimeoutError()) == "timeout"
-    assert classify_env_error(EnvCrashed("exited with code 3")) == "sandbox_died"
-    assert classify_env_error(SandboxError("sandbox worker failed to start")) == "sandbox_died"
-    assert classify_env_error(EnvError("step() raised ValueError")) == "exception"
-    assert classify_env_error(KeyError("x")) == "exception"
-    assert set(ENV_ERROR_KINDS) == {"exception", "timeout", "sandbox_died"}
-
-
 # Valid under the validator's probes; fails only when the agent says "zap".
 _ZAP = """
 import os
@@ -212,17 +173,6 @@ def test_hint_goes_into_the_first_observation_only(tokenizer):
     play_episodes([env], [0], _Scripted(tokenizer, [["\\boxed{up}"]]), tokenizer, RolloutConfig(max_turns=3),
                   hints=["go around"], format_observation=fmt)
     assert seen[0] == "go around" and all(h is None for h in seen[1:])
-
-
-@pytest.mark.parametrize("reply", ["", "d", ">", "\n", "assistant"])
-def test_short_replies_that_also_occur_in_the_template_get_the_right_glue(tokenizer, reply):
-    stream = ChatStream(tokenizer)
-    tokens = stream.first_turn("obs")
-    ids = _reply(tokenizer, reply)
-    tokens += ids + stream.next_turn(ids, "next")
-    messages = [{"role": "user", "content": "obs"}, {"role": "assistant", "content": reply},
-                {"role": "user", "content": "next"}]
-    assert tokens == tokenizer.encode_chat(messages, add_generation_prompt=True)
 
 
 def test_an_episode_cut_by_the_context_budget_is_truncated_with_no_loss(tokenizer):

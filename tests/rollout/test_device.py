@@ -14,8 +14,15 @@ from spade_jax.envs.backends.jax import transpile
 from spade_jax.envs.library import library_program
 from spade_jax.models.presets import get_preset, init_decoder
 from spade_jax.models.tokenizer import byte_tokenizer
-from spade_jax.rollout import ChatStream, Generation, RolloutConfig, play_episodes
-from spade_jax.rollout_device import ActionMap, ChatGlue, DeviceRollout, ObservationTokens, play_episodes_device
+from spade_jax.rollout import (
+    ActionMap,
+    ChatStream,
+    DeviceRollout,
+    Generation,
+    RolloutConfig,
+    play_episodes,
+    play_episodes_device,
+)
 from spade_jax.sampling import Sampler, SamplingConfig, cpu_kernel_applies
 
 
@@ -184,38 +191,6 @@ def test_sampled_device_loop_equals_host_loop_with_the_same_random_stream(odd_en
         if any(d is c for c in cut):
             h = dataclasses.replace(h, truncated=True, loss_mask=[0] * len(h.loss_mask))
         _assert_same([h], [d])
-
-
-def test_chat_glue_rebuilds_the_chat_stream():
-    tokenizer = byte_tokenizer()
-    eos = tokenizer.eos_token_ids[0]
-    glue = ChatGlue.build(tokenizer, "Be brief.", tokenizer.eos_token_ids)
-    stream = ChatStream(tokenizer, "Be brief.")
-    first = stream.first_turn("obs one")
-    assert first == list(glue.first_prefix) + tokenizer.encode("obs one") + list(glue.first_suffix)
-    for reply_text, ends in (("I pick \\boxed{2}", True), ("cut off \\box", False)):
-        reply = tokenizer.encode(reply_text) + ([eos] if ends else [])
-        variant = glue.after_reply[1 if ends else 0]
-        turn = stream.next_turn(reply, "obs two")
-        assert turn == list(variant) + tokenizer.encode("obs two") + list(glue.before_reply)
-
-
-def test_observation_tokens_decode_to_the_rendered_text(odd_env):
-    tokenizer = byte_tokenizer()
-    renderers = [ObservationTokens(odd_env, tokenizer, kind) for kind in (0, 1)]
-    keys = jax.random.split(jax.random.PRNGKey(5), 12)
-    records, states = jax.vmap(odd_env.reset_env, in_axes=(0, None))(keys, odd_env.default_params)
-    rng = np.random.default_rng(0)
-    step = jax.jit(jax.vmap(lambda k, s, a: odd_env.step_env(k, s, a, odd_env.default_params)[:2]),
-                   compiler_options=odd_env.compiler_options)
-    for kind in (0, 1, 1, 1):
-        if kind == 1:
-            records, states = step(keys, states, jnp.asarray(rng.integers(0, odd_env.num_actions, 12), jnp.int32))
-        tokens, lengths = jax.jit(jax.vmap(renderers[kind]))(records)
-        for row in range(12):
-            text = odd_env.render_text(jax.tree.map(lambda x, row=row: x[row], records))
-            assert tokenizer.decode(np.asarray(tokens[row, : int(lengths[row])]).tolist()) == text
-            assert int(lengths[row]) <= renderers[kind].bound
 
 
 def _random_replies(rng, tokenizer, contents, n, width):
