@@ -218,11 +218,12 @@ class Checkpointer:
                 if not has_digest(self._step_dir(candidate)):
                     log.info("checkpoint %s has no digest (its run stopped before writing it); "
                              "restored unverified", self._step_dir(candidate))
+                if quarantine:  # only once an intact one is found: with none, nothing is moved
+                    for step_damaged in damaged:
+                        self._quarantine(step_damaged)
                 return restored
             damaged.append(candidate)
             log.warning("checkpoint %s is damaged (%s); trying an earlier one", self._step_dir(candidate), restored)
-            if quarantine:
-                self._quarantine(candidate)
         raise CheckpointError(
             f"no intact checkpoint in {self.directory} (damaged: steps {', '.join(map(str, damaged))}); "
             "nothing was deleted"

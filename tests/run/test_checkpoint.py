@@ -176,6 +176,10 @@ def test_unreadable_checkpoints_give_one_line_errors(trained, tmp_path):
     message = str(err.value)
     assert "\n" not in message and "no intact checkpoint" in message and "steps 2, 1" in message
     assert "nothing was deleted" in message and sorted(os.listdir(tmp_path)) == ["1", "2"]
+    with Checkpointer(tmp_path) as ckpt:  # a resume with none intact moves nothing aside either
+        with pytest.raises(CheckpointError, match="no intact checkpoint"):
+            ckpt.restore(step.abstract_state(model), quarantine=True)
+    assert sorted(os.listdir(tmp_path)) == ["1", "2"] and not (tmp_path.parent / f"{tmp_path.name}-damaged").exists()
     with pytest.raises(CheckpointError, match="no checkpoint in"):
         Checkpointer(tmp_path / "empty").restore(state)
 
