@@ -149,9 +149,8 @@ def _resume_config(args):
     own = out / "config.yaml"
     if not own.is_file():
         raise ConfigError(f"--resume: {out} holds no run (no config.yaml); start it without --resume")
-    checkpoints = out / "checkpoints"
-    if not (checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir())):
-        raise ConfigError(f"--resume: no checkpoint in {checkpoints} yet; start a new run with another --out")
+    if not _has_checkpoint(out):
+        raise ConfigError(f"--resume: no checkpoint in {out / 'checkpoints'} yet; start a new run with another --out")
     try:
         config = load_config(str(own), args.overrides)
     except ConfigError as err:
@@ -182,8 +181,14 @@ def _flatten(tree, prefix=""):
     return flat
 
 
+def _has_checkpoint(out: Path) -> bool:
+    """A finished checkpoint (orbax names it by its step) exists in the run; cheap, no orbax import."""
+    checkpoints = out / "checkpoints"
+    return checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir())
+
+
 def _interrupted_message(out: Path) -> str:
-    if (out / "checkpoints").is_dir() and any(p.name.isdigit() for p in (out / "checkpoints").iterdir()):
+    if _has_checkpoint(out):
         return f"interrupted; continue with: python -m experiments.run --out {out} --resume"
     if not out.exists():
         return "interrupted before the first iteration; nothing was saved"
