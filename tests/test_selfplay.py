@@ -61,7 +61,7 @@ def test_eval_every_scores_the_agent_during_the_run_and_plots_it(tmp_path):
                      "tensorboard=false"]) == 0
     (record,) = _metrics(out)
     assert 0.0 <= record["eval/success_rate_low"] <= record["eval/success_rate"] <= record["eval/success_rate_high"]
-    assert {"eval/rg:isomorphic_strings", "eval/rg:ransom_note", "eval/rg:course_schedule"} <= set(record)
+    assert {"eval/rg:ransom_note", "eval/rg:course_schedule", "eval/rg:syllogism"} <= set(record)
     assert record["agent/win_rate_low"] <= record["agent/win_rate"] <= record["agent/win_rate_high"]
     # Refreshed every iteration, not only at the end.
     assert (out / "plots" / "eval_success_rate.png").is_file() and (out / "plots" / "agent_win_rate.png").is_file()
