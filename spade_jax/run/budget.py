@@ -13,10 +13,11 @@ from spade_jax.run.records import number
 TRAIN_SECONDS = "run/train_s"
 
 
-def spent_seconds(history: Iterable[Mapping]) -> float:
-    """Training seconds of the run's kept iterations: the last record's `run/train_s` (0 when none).
+def cumulative_seconds(history: Iterable[Mapping]) -> list[float]:
+    """Per record, the training seconds of the run up to the end of that iteration: its `run/train_s`.
     A record without it (a run from before the budget existed) adds its own iteration's time from
-    `wall_s`, which counts from its process's start."""
+    `wall_s`, which counts from its process's start (so it includes a held-out evaluation)."""
+    out = []
     spent = previous_wall = 0.0
     for record in history:
         total = number(record.get(TRAIN_SECONDS))
@@ -27,7 +28,14 @@ def spent_seconds(history: Iterable[Mapping]) -> float:
             spent += wall - previous_wall if wall >= previous_wall else wall
         if wall is not None:
             previous_wall = wall
-    return spent
+        out.append(spent)
+    return out
+
+
+def spent_seconds(history: Iterable[Mapping]) -> float:
+    """Training seconds of the run's kept iterations (0 when none)."""
+    totals = cumulative_seconds(history)
+    return totals[-1] if totals else 0.0
 
 
 class Budget:
