@@ -186,3 +186,26 @@ def test_curves_average_seeds_per_iteration_with_a_t_band():
     # One run: the interval it logged beside the metric.
     (alone,) = curves.curve([[{"iteration": 0, "x": 0.5, "x_low": 0.2, "x_high": 0.8, "wall_s": 1.0}]], "x")
     assert (alone["low"], alone["high"], alone["minutes"]) == (0.2, 0.8, 1.0 / 60)
+
+
+@pytest.mark.slow
+def test_tiny_model_end_to_end_at_an_equal_budget(tmp_path, capsys):
+    """Real runs of the random tiny model: each stops after its first iteration (a 6 ms budget), each seed
+    in its own run directory with its own checkpoint; a rerun keeps every row and trains nothing."""
+    out = tmp_path / "compare"
+    argv = ["--minutes", "0.0001", "--seeds", "0,1", "--arm-base", "tiny", "--suite", "quick", "--episodes", "1",
+            "--batch-size", "9", "--out", str(out), "tensorboard=false"]
+    assert compare.main(argv) == 0
+    for key in ("fixed_pool", "spade", "frozen_designer"):
+        for seed in (0, 1):
+            run_dir = out / key / f"seed{seed}"
+            assert compare.finished_iterations(run_dir) == 1
+            assert load_config(str(run_dir / "config.yaml")).seed == seed
+    results = json.loads((out / "results.json").read_text())
+    assert [a["iterations"] for a in results["arms"]] == [[0], [1, 1], [1, 1], [1, 1]]
+    assert all(a["episodes"] == 9 * len(a["seeds"]) for a in results["arms"])
+    for name in ("learning_curves.png", "designer.png"):
+        assert (out / name).read_bytes().startswith(PNG_SIGNATURE)
+    capsys.readouterr()
+    assert compare.main(argv) == 0
+    assert capsys.readouterr().out.count("kept from") == 7
