@@ -206,8 +206,9 @@ def score_arm(arm: Arm, seed: int, config, run_dir: Path, suite, args) -> dict:
     result = report.to_dict()
     result.pop("episodes", None)
     train_s = train_seconds(run_dir, done) if arm.trained else 0.0
-    return {"arm": arm.label, "key": arm.key, "config": arm.config, "seed": seed, "iterations": done,
-            "train_seconds": round(train_s, 1), **result}
+    result["eval_seed"] = result.pop("seed", None)  # the suite's episodes; "seed" is the training seed
+    return {**result, "arm": arm.label, "key": arm.key, "config": arm.config, "seed": seed, "iterations": done,
+            "train_seconds": round(train_s, 1)}
 
 
 def train(config, run_dir: Path, *, resume: bool) -> None:

@@ -203,6 +203,7 @@ def test_tiny_model_end_to_end_at_an_equal_budget(tmp_path, capsys):
             assert load_config(str(run_dir / "config.yaml")).seed == seed
     results = json.loads((out / "results.json").read_text())
     assert [a["iterations"] for a in results["arms"]] == [[0], [1, 1], [1, 1], [1, 1]]
+    assert [a["seeds"] for a in results["arms"]] == [[0], [0, 1], [0, 1], [0, 1]]
     assert all(a["episodes"] == 9 * len(a["seeds"]) for a in results["arms"])
     for name in ("learning_curves.png", "designer.png"):
         assert (out / name).read_bytes().startswith(PNG_SIGNATURE)
