@@ -176,7 +176,6 @@ def score_arm(arm: Arm, seed: int, config, run_dir: Path, suite, args) -> dict:
     scores it greedily on the suite in its own answer format; returns its row."""
     from experiments.eval import load_run
     from spade_jax import evaluation
-    from spade_jax.config import ConfigError, load_config
     from spade_jax.models.registry import load_model
     from spade_jax.rollout import AGENT_SYSTEM
     from spade_jax.sampling import SamplingConfig
@@ -185,17 +184,7 @@ def score_arm(arm: Arm, seed: int, config, run_dir: Path, suite, args) -> dict:
     if not arm.trained:
         loaded = load_model(config.model.name, seed=config.seed)
     else:
-        done = finished_iterations(run_dir)
-        if done is not None or (run_dir / "config.yaml").is_file():
-            try:
-                same = load_config(str(run_dir / "config.yaml")) == config
-            except ConfigError as err:
-                raise ConfigError(f"{run_dir}/config.yaml: {err}; choose another --out") from None
-            if not same:
-                raise ConfigError(f"{run_dir} holds a run made with other settings; choose another --out")
-        if done is None or (done < config.iterations and not budget_spent(run_dir, done, config.max_minutes)):
-            train(config, run_dir, resume=done is not None)
-        done = finished_iterations(run_dir) or 0
+        done = ensure_trained(config, run_dir)
         loaded, _ = load_run(run_dir)  # the latest checkpoint's params
     # Greedy, in the arm's own answer format (forced reply prefix and stop strings).
     sampling = SamplingConfig(max_new_tokens=config.agent_sampling.max_new_tokens, temperature=0.0,
@@ -209,6 +198,24 @@ def score_arm(arm: Arm, seed: int, config, run_dir: Path, suite, args) -> dict:
     result["eval_seed"] = result.pop("seed", None)  # the suite's episodes; "seed" is the training seed
     return {**result, "arm": arm.label, "key": arm.key, "config": arm.config, "seed": seed, "iterations": done,
             "train_seconds": round(train_s, 1)}
+
+
+def ensure_trained(config, run_dir: Path) -> int:
+    """Trains `config` into `run_dir`, resumes it, or leaves it when it is finished (its iterations done
+    or its max_minutes spent); a run made with another config is refused. Returns the iterations done."""
+    from spade_jax.config import ConfigError, load_config
+
+    done = finished_iterations(run_dir)
+    if done is not None or (run_dir / "config.yaml").is_file():
+        try:
+            same = load_config(str(run_dir / "config.yaml")) == config
+        except ConfigError as err:
+            raise ConfigError(f"{run_dir}/config.yaml: {err}; choose another --out") from None
+        if not same:
+            raise ConfigError(f"{run_dir} holds a run made with other settings; choose another --out")
+    if done is None or (done < config.iterations and not budget_spent(run_dir, done, config.max_minutes)):
+        train(config, run_dir, resume=done is not None)
+    return finished_iterations(run_dir) or 0
 
 
 def train(config, run_dir: Path, *, resume: bool) -> None:

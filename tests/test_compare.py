@@ -167,6 +167,39 @@ def test_train_seconds_sums_the_iterations_asked_for_across_resumes(tmp_path):
     assert compare.finished_iterations(tmp_path) is None  # no checkpoints folder yet
 
 
+def test_a_run_is_resumed_until_its_iterations_or_its_minutes_are_done(tmp_path, monkeypatch):
+    import dataclasses
+
+    import yaml
+
+    from spade_jax.config import ConfigError, to_dict
+
+    done, calls = {}, []
+
+    def train(config, out, *, resume):  # one iteration of 40 s per call
+        calls.append((out.name, resume))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(yaml.safe_dump(to_dict(config)))
+        done[out] = done.get(out, 0) + 1
+        with (out / "metrics.jsonl").open("a") as f:
+            f.write(json.dumps({"iteration": done[out] - 1, "run/train_s": 40.0 * done[out]}) + "\n")
+
+    monkeypatch.setattr(compare, "train", train)
+    monkeypatch.setattr(compare, "finished_iterations", lambda out: done.get(out))
+    config = load_config("tiny", ["iterations=3", "max_minutes=1"])
+    timed = tmp_path / "timed"
+    assert compare.ensure_trained(config, timed) == 1 and calls == [("timed", False)]  # fresh
+    assert compare.ensure_trained(config, timed) == 2 and calls[1:] == [("timed", True)]  # 40 s < 60 s: resumed
+    assert compare.ensure_trained(config, timed) == 2 and len(calls) == 2  # 80 s spent: finished
+    with pytest.raises(ConfigError, match="holds a run made with other settings; choose another --out"):
+        compare.ensure_trained(load_config("tiny", ["iterations=3", "max_minutes=2"]), timed)
+
+    counted = dataclasses.replace(config, iterations=1, max_minutes=None)
+    assert compare.ensure_trained(counted, tmp_path / "counted") == 1
+    assert compare.ensure_trained(counted, tmp_path / "counted") == 1  # its iterations are done
+    assert calls[2:] == [("counted", False)]
+
+
 def test_t_quantiles_match_scipy():
     stats = pytest.importorskip("scipy.stats")
     for df in range(1, 40):
