@@ -77,7 +77,8 @@ def parse_args(argv):
     parser.add_argument("--iterations", type=int, default=None,
                         help="agent updates per run (default 4; with --minutes a cap, default "
                              f"{MINUTES_ITERATION_CAP})")
-    parser.add_argument("--seeds", "--seed", default="0", help="comma-separated training seeds, e.g. 0,1,2")
+    parser.add_argument("--seeds", "--seed", default="0,1,2",
+                        help="comma-separated training seeds (default 0,1,2: three runs per arm)")
     parser.add_argument("--arm-base", default=None,
                         help="config the arms share (e.g. laptop): it as a fixed pool, as SPADE and as SPADE with a "
                              "frozen designer (default: the fixed_pool, default and frozen_designer configs)")

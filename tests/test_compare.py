@@ -243,3 +243,9 @@ def test_tiny_model_end_to_end_at_an_equal_budget(tmp_path, capsys):
     capsys.readouterr()
     assert compare.main(argv) == 0
     assert capsys.readouterr().out.count("kept from") == 7
+
+
+def test_defaults_are_three_seeds_and_an_iteration_budget():
+    args = compare.parse_args([])
+    assert (args.seeds, args.iterations, args.minutes) == ([0, 1, 2], 4, None)
+    assert compare.parse_args(["--seed", "5"]).seeds == [5]  # the old single-seed flag still works
