@@ -122,7 +122,12 @@ def main(argv=None) -> int:
         return 2
     arms = arms_from_base(args.arm_base) if args.arm_base else ARMS
     out = Path(args.out)
-    (out / "rows").mkdir(parents=True, exist_ok=True)
+    try:
+        (out / "rows").mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        print(f"error: --out {out}: cannot create {out / 'rows'} ({err.strerror}); choose a writable directory",
+              file=sys.stderr)
+        return 2
     budget = [f"iterations={args.iterations}", "progress=false"]
     if args.minutes:
         budget.append(f"max_minutes={args.minutes}")

@@ -154,6 +154,13 @@ def test_bad_arguments_are_one_line_errors(tmp_path, argv, message, capsys):
     assert message in err and err.count("\n") == 1
 
 
+def test_an_out_that_is_a_file_is_one_line_error(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    assert compare.main(["--out", str(tmp_path / "file"), "model.name=tiny"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot create" in err and "choose a writable directory" in err and err.count("\n") == 1
+
+
 def test_train_seconds_sums_the_iterations_asked_for_across_resumes(tmp_path):
     # wall_s counts from each process's start: iterations 0-1 in one, 2-3 in a resumed one (a run from
     # before run/train_s was recorded).
