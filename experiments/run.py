@@ -9,6 +9,7 @@ import argparse
 import datetime
 import logging
 import sys
+import time
 from pathlib import Path
 
 log = logging.getLogger("spade_jax.run")
@@ -53,6 +54,7 @@ def _run_locked(config, run_dir) -> None:
     from spade_jax.models.registry import load_model
     from spade_jax.policy import Learner, Policy
     from spade_jax.run import PhaseTimer, RunLogger, setup_logging
+    from spade_jax.run.budget import TRAIN_SECONDS, Budget, spent_seconds
     from spade_jax.run.checkpoint import Checkpointer
     from spade_jax.selfplay import SelfPlay
 
@@ -97,16 +99,26 @@ def _run_locked(config, run_dir) -> None:
         selfplay = SelfPlay(config, policy, learner, logger.envs, PhaseTimer())
         if trainer_state is not None:
             selfplay.load_state_dict(trainer_state)
+        # The wall-clock budget continues from the kept iterations' training time (resumes included).
+        budget = Budget(config.max_minutes, spent_seconds(logger.history))
+        if budget.exhausted and selfplay.iteration < config.iterations:
+            log.info("max_minutes=%s already spent (%.0f s); nothing to run", config.max_minutes, budget.spent)
         with logger:
-            while selfplay.iteration < config.iterations:
+            while selfplay.iteration < config.iterations and not budget.exhausted:
                 iteration = selfplay.iteration
+                started = time.perf_counter()
                 metrics = selfplay.step()
+                metrics[TRAIN_SECONDS] = budget.add(time.perf_counter() - started)
                 if config.eval_every and selfplay.iteration % config.eval_every == 0:
                     metrics.update(evaluate_agent(config, loaded, mesh))
                 logger.log(iteration, metrics)
                 run_dir.mark_progress()
                 done = selfplay.iteration
-                checkpoints.save(done, learner.state, selfplay.state_dict(), force=done == config.iterations)
+                checkpoints.save(done, learner.state, selfplay.state_dict(),
+                                 force=done == config.iterations or budget.exhausted)
+                if budget.exhausted and done < config.iterations:
+                    log.info("max_minutes=%s spent (%.0f s) after %d iterations; stopping", config.max_minutes,
+                             budget.spent, done)
     finally:
         try:
             if checkpoints is not None:

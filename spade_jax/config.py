@@ -277,6 +277,9 @@ class Config:
     mode: str = "selfplay"  # selfplay (SPADE) or fixed_pool (agent-only GRPO on env_pool)
     seed: int = 0  # seeds every random choice of the run
     iterations: int = 8  # rollout steps (agent updates) to run
+    # Wall-clock budget: stop after the iteration during which this many minutes of training are spent,
+    # resumes included (held-out evaluation not counted); null or 0: no limit. `iterations` still caps it.
+    max_minutes: float | None = None
     regen_interval: int = 4  # SPADE: a new environment pool every this many iterations
     pool_size: int = 24  # SPADE: environments the designer writes per regeneration
     group_size: int = 16  # SPADE's G: plays per environment and arm (GRPO group size); the hinted arm's plays
@@ -336,6 +339,8 @@ class Config:
             positive(getattr(self, key), key)
         positive(self.min_valid_envs, "min_valid_envs", allow_zero=True)
         positive(self.eval_every, "eval_every", allow_zero=True)
+        if self.max_minutes is not None:
+            positive(self.max_minutes, "max_minutes", allow_zero=True)
         if self.env_pool is not None and self.env_pool.startswith(LIBRARY_POOL):
             from spade_jax.envs.library import library_program
 
