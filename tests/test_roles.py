@@ -240,7 +240,7 @@ def test_parse_hint_keeps_under_the_word_limit():
 def test_agent_messages_and_turns():
     plain = agent_messages("Value 3. Actions: \\boxed{add}")
     hinted = agent_messages("Value 3. Actions: \\boxed{add}", hint="Grow it fast.")
-    assert plain[0]["role"] == "system" and "\\boxed{...}" in plain[0]["content"]
+    assert plain[0]["role"] == "system" and "inside \\boxed{}" in plain[0]["content"]
     assert plain[1]["content"] == "Value 3. Actions: \\boxed{add}"
     assert hinted[1]["content"] == "Value 3. Actions: \\boxed{add}\n\nHint: Grow it fast."
     assert with_hint("obs", None) == with_hint("obs", "") == "obs"
