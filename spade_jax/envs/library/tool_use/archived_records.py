@@ -44,7 +44,8 @@ class ArchivedRecordsEnv(ToolEnv):
 
     def tool_get_record(self, record_id):
         if record_id in self.archived_as:
-            raise ToolError(f"record {record_id} was archived; read it with get_archived('{self.archived_as[record_id]}')")
+            key = self.archived_as[record_id]
+            raise ToolError(f"record {record_id} was archived; read it with get_archived('{key}')")
         if record_id in self.redirect:
             raise ToolError(f"record {record_id} was merged into {self.redirect[record_id]}")
         if record_id not in self.live:

@@ -1,4 +1,4 @@
-"""API orchestration: pay a foreign-currency invoice in euros, chaining the invoice, the exchange rate and the payment."""
+"""API orchestration: pay a foreign-currency invoice in euros, chaining invoice, exchange rate and payment."""
 
 
 class InvoicePaymentEnv(ToolEnv):
@@ -10,7 +10,8 @@ class InvoicePaymentEnv(ToolEnv):
         {"name": "list_invoices", "description": "List the open invoices of a supplier: ids and due dates.",
          "parameters": {"type": "object", "properties": {"supplier": {"type": "string"}}, "required": ["supplier"]}},
         {"name": "get_invoice", "description": "Amount and currency of an invoice.",
-         "parameters": {"type": "object", "properties": {"invoice_id": {"type": "string"}}, "required": ["invoice_id"]}},
+         "parameters": {"type": "object", "properties": {"invoice_id": {"type": "string"}},
+                        "required": ["invoice_id"]}},
         {"name": "get_rate", "description": "Euros per one unit of a currency today.",
          "parameters": {"type": "object", "properties": {"currency": {"type": "string"}}, "required": ["currency"]}},
         {"name": "create_payment", "description": "Pay an invoice; amount_eur must be the invoice amount in euros, "
@@ -25,7 +26,8 @@ class InvoicePaymentEnv(ToolEnv):
         days = rng.sample(range(1, 28), self.INVOICES)
         self.invoices = {}
         for i, day in enumerate(days):
-            self.invoices[f"INV-{rng.randint(1000, 9999)}{i}"] = (day, rng.randint(100, 5000), rng.choice(self.CURRENCIES))
+            amount, currency = rng.randint(100, 5000), rng.choice(self.CURRENCIES)
+            self.invoices[f"INV-{rng.randint(1000, 9999)}{i}"] = (day, amount, currency)
         self.rates = {c: rng.randint(5, 200) / 100 for c in self.CURRENCIES}
         self.target = min(self.invoices, key=lambda k: self.invoices[k][0])
         self.payments = []  # (invoice id, amount)

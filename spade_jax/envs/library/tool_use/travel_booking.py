@@ -9,7 +9,8 @@ class TravelBookingEnv(ToolEnv):
 
     TOOLS = [
         {"name": "search_flights", "description": "List flights between two cities with their ids and prices.",
-         "parameters": {"type": "object", "properties": {"origin": {"type": "string"}, "destination": {"type": "string"}},
+         "parameters": {"type": "object", "properties": {"origin": {"type": "string"},
+                                                         "destination": {"type": "string"}},
                         "required": ["origin", "destination"]}},
         {"name": "book_flight", "description": "Book a flight by id; returns a booking reference.",
          "parameters": {"type": "object", "properties": {"flight_id": {"type": "string"}}, "required": ["flight_id"]}},
