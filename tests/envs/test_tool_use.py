@@ -138,7 +138,7 @@ def test_answer_ends_with_the_share_of_subgoals_met(counter):
 
 
 def test_a_reply_without_call_or_answer_loses_the_turn_and_the_limit_truncates(counter):
-    for turn in range(1, 4):
+    for _ in range(3):
         obs, reward, terminated, truncated, _ = counter.step("I think the answer is five.")
         assert obs.startswith("Invalid action (turn lost)") and not (terminated or truncated)
     obs, reward, terminated, truncated, _ = counter.step("")
