@@ -218,3 +218,17 @@ def test_config_errors_exit_2_in_one_line_from_the_cli(tmp_path):
                                 capture_output=True, text=True, timeout=300)
         assert result.returncode == 2, result.stderr
         assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["domain=robots"], "domain='robots' is not allowed; choose one of games, tool_use"),
+    (["domain=tool_use"], "domain=tool_use needs rollout.action=reply"),
+    (["domain=tool_use", "rollout.action=reply", "backend=jax"], "domain=tool_use needs backend=auto or sandbox"),
+])
+def test_tool_use_domain_knob_errors_are_one_line(overrides, message):
+    from spade_jax.config import load_config
+
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as info:
+        load_config("default", overrides)
+    assert "\n" not in str(info.value)
+    assert load_config("tool_use").domain == "tool_use"
