@@ -40,3 +40,41 @@ def test_tiny_tool_use_run_two_iterations_then_resume_a_third(tmp_path):
     assert [m["iteration"] for m in resumed] == [0, 1, 2]
     assert resumed[:2] == first
     assert (out / "checkpoints" / "3").is_dir()
+
+
+def test_memory_and_plr_keep_and_replay_a_tool_use_environment():
+    """A measured tool-use environment enters the memory and the PLR buffer; the replay is validated again
+    in the sandbox, the designer's next prompt for its skill shows it, and the state survives JSON."""
+    import types
+
+    import numpy as np
+
+    from spade_jax import roles
+    from spade_jax.config import load_config
+    from spade_jax.envs.backends.sandbox import SandboxPool
+    from spade_jax.envs.library import library_program
+    from spade_jax.selfplay import PoolEnv, SelfPlay
+
+    config = load_config("tiny", [*TOOL_USE, "curriculum.plr=true", "curriculum.plr_min_fill=0.0",
+                                  "curriculum.plr_replay_prob=1.0"])
+    program = library_program("flaky_payment")
+    with SandboxPool(config.sandbox) as sandbox:
+        selfplay = SelfPlay(config, None, types.SimpleNamespace(sandbox=sandbox), None, None)
+        selfplay.pool = [PoolEnv("env00001", program.skill, "designer", program.source, True, r_hint=0.75,
+                                 r_nohint=0.25, wins=[0.5, 0.5], regen_positive_share=0.5)]
+        selfplay.iteration = config.regen_interval
+        selfplay.remember_pool()
+        assert len(selfplay.memory) == 1 and int(selfplay.plr.size) == 1
+        np.testing.assert_allclose(float(selfplay.plr.scores[0]), 0.5, rtol=1e-6)  # 0.75 - 0.25
+
+        replay = selfplay.replay_envs()[0]
+        assert replay.valid and replay.backend == "sandbox" and replay.source == program.source
+
+        request = roles.design_request(np.random.default_rng(0), program.skill, memory=selfplay.memory,
+                                       cfg=roles.RolesConfig(edit_prob=0.0), domain="tool_use")
+        assert request.positive_ids == ("env00001",)
+        assert "class FlakyPaymentEnv(ToolEnv)" in request.messages[1]["content"]
+
+        restored = SelfPlay(config, None, types.SimpleNamespace(sandbox=sandbox), None, None)
+        restored.load_state_dict(json.loads(json.dumps(selfplay.state_dict())))
+        assert len(restored.memory) == 1 and restored.plr_levels == selfplay.plr_levels
