@@ -167,6 +167,8 @@ TOOL_USE_REFERENCE = {
     "rollout.action": "reply",
     "rollout.system_prompt": None,
     "rollout.observation_suffix": "",
+    # --spade-use-env-validator asks an LLM whether the program is solvable; ours replays solution().
+    "validation.solution_seeds": (0, 1),
 }
 TOOL_USE_PER_MODEL = {
     "qwen3_4b_tool_use": {"designer_sampling.max_new_tokens": 16384},  # the blend script's 30b value (no thinking)
