@@ -78,3 +78,16 @@ def test_memory_and_plr_keep_and_replay_a_tool_use_environment():
         restored = SelfPlay(config, None, types.SimpleNamespace(sandbox=sandbox), None, None)
         restored.load_state_dict(json.loads(json.dumps(selfplay.state_dict())))
         assert len(restored.memory) == 1 and restored.plr_levels == selfplay.plr_levels
+
+
+def test_fixed_pool_and_compare_arms_take_the_tool_use_domain():
+    from experiments.compare import ARMS
+    from spade_jax.config import load_config
+    from spade_jax.envs.library import library_programs
+    from spade_jax.selfplay import fixed_pool_envs
+
+    pool = fixed_pool_envs(None, "tool_use")
+    assert [e.env_id for e in pool] == [f"lib-{p.name}" for p in library_programs(domain="tool_use")]
+    assert {e.skill for e in pool} == set(TOOL_USE_SKILLS)
+    for _, name in ARMS:
+        assert load_config(name or "default", TOOL_USE).domain == "tool_use"
