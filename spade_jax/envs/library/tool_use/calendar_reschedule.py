@@ -66,11 +66,10 @@ class CalendarRescheduleEnv(ToolEnv):
         others = {k: e for k, e in self.start_events.items() if k != self.cancel}
         created = [e for k, e in self.events.items() if k not in self.start_events]
         wanted = (self.new_day, self.new_title, self.new_start, self.new_start + 1)
-        return [self.cancel not in self.events,
+        untouched = all(self.events.get(k) == e for k, e in others.items())  # a constraint, not a goal
+        return [self.cancel not in self.events and untouched,
                 len(created) == 1 and created[0][0] == wanted[0] and created[0][2:] == wanted[2:]
-                and created[0][1].strip().lower() == self.new_title,
-                all(self.events.get(k) == e for k, e in others.items()),
-                self.answer is not None]
+                and created[0][1].strip().lower() == self.new_title and untouched]
 
     def solution(self):
         day = self.start_events[self.cancel][0]

@@ -66,9 +66,10 @@ class EmployeeOnboardingEnv(ToolEnv):
         laptop, groups = self.policies[self.department]
         ok = [u for u, a in self.accounts.items() if a == (self.hire, self.department)]
         user = ok[0] if len(self.accounts) == 1 and ok else None
-        return [user is not None, user is not None and self.laptops.get(user) == laptop] + [
-            user is not None and g in self.groups.get(user, set()) for g in groups] + [
-            user is not None and self.groups.get(user, set()) <= set(groups), self.answer is not None]
+        if user is None:
+            return [False] * (2 + len(groups))
+        exact = self.groups.get(user, set()) <= set(groups)  # an extra group voids the group goals
+        return [True, self.laptops.get(user) == laptop] + [g in self.groups.get(user, set()) and exact for g in groups]
 
     def solution(self):
         laptop, groups = self.policies[self.department]

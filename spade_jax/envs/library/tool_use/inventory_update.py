@@ -75,7 +75,7 @@ class InventoryUpdateEnv(ToolEnv):
 
     def subgoals(self):
         untouched = all(self.stock[k] == self.start[k] for k in self.stock if k not in self.changed)
-        return [self.stock[k] == self.target[k] for k in self.changed] + [untouched, self.answer is not None]
+        return [self.stock[k] == self.target[k] and untouched for k in self.changed]  # a stray change voids all
 
     def solution(self):
         calls = [self.call("adjust_stock", sku=sku, site=site, delta=self.target[(sku, site)] - self.start[(sku, site)])

@@ -71,7 +71,7 @@ class LibraryDeskEnv(ToolEnv):
         return {"member_id": member_id, "copies": []}
 
     def subgoals(self):
-        return [self.reserved == [(self.free[self.title], self.member)], not self.renewed,
+        return [self.reserved == [(self.free[self.title], self.member)] and not self.renewed,
                 self.answer_matches(self.free[self.title])]
 
     def solution(self):

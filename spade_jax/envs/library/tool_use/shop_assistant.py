@@ -70,7 +70,7 @@ class ShopAssistantEnv(ToolEnv):
 
     def subgoals(self):
         needed = {"get_price", "get_shipping_fee", "get_coupon"}
-        return [needed <= self.used, self.used <= needed, self.answer_matches(self.total)]
+        return [needed == self.used, self.answer_matches(self.total)]  # the needed tools and no other
 
     def solution(self):
         return [

@@ -60,8 +60,7 @@ class SupportRefundEnv(ToolEnv):
 
     def subgoals(self):
         return [self.refunds == [(self.order, self.item)],
-                self.emails == [("refund_confirmation", True)],
-                self.answer is not None]
+                self.emails == [("refund_confirmation", True)]]
 
     def solution(self):
         return [
