@@ -137,6 +137,12 @@ def test_answer_ends_with_the_share_of_subgoals_met(counter):
     assert counter.step(block("read", {}))[2] is True  # a finished episode stays finished
 
 
+def test_calls_drafted_while_thinking_are_not_made(counter):
+    reply = "<think>maybe " + block("add", {"amount": 3}) + " no</think>" + block("add", {"amount": 1})
+    _, _, _, _, info = counter.step(reply)
+    assert [c["arguments"] for c in info["tool_calls"]] == [{"amount": 1}] and counter.value == 1
+
+
 def test_a_reply_without_call_or_answer_loses_the_turn_and_the_limit_truncates(counter):
     for _ in range(3):
         obs, reward, terminated, truncated, _ = counter.step("I think the answer is five.")

@@ -8,6 +8,7 @@ the names that file defines. A program subclasses ToolEnv without defining or im
 
 import json
 import random
+import re
 
 try:  # in the package; in the sandbox tool_calls.py has run in this namespace already
     from spade_jax.rollout.tool_calls import ToolCall, parse_tool_calls, render_tool_call
@@ -27,6 +28,8 @@ _JSON_TYPES = {
     "null": (type(None),),
 }
 _RESULT_MAX_CHARS = 4000  # a tool result longer than this is cut in the observation
+# A thinking model's reasoning (an unclosed block runs to the end): calls it drafts there are not made.
+_THINKING = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
 
 
 class ToolError(Exception):
@@ -103,7 +106,7 @@ class ToolEnv:
         if self.done:
             return "The episode is over; call reset().", 0.0, True, False, self._info([], [], [])
         self.turn += 1
-        parsed = parse_tool_calls(action if isinstance(action, str) else "")
+        parsed = parse_tool_calls(_THINKING.sub("", action) if isinstance(action, str) else "")
         malformed = [{"text": m.text, "reason": m.reason} for m in parsed.malformed]
         parts, calls, errors = [], [], []
         for index, call in enumerate(parsed.calls):
