@@ -1,11 +1,21 @@
 """Wall time per self-play phase, ours (JAX backend where programs fit) vs the sandbox forced for
-every environment (the baseline: how a sandbox-only stack would run the same iteration).
+every environment (the baseline: how a sandbox-only stack would run the same iteration), and the
+share of our iteration that is model compute, against this CPU's measured matmul rate.
 
-python benchmarks/iteration.py [--config tiny|default] [--iterations N] [--out DIR] [key=value ...]
+python benchmarks/iteration.py [--config tiny|default|laptop] [--iterations N] [--out DIR]
+                               [--no-sandbox] [key=value ...]
 
 With --out the two run directories are kept (DIR/auto, DIR/sandbox: metrics, envs, plots). One-iteration
 warm-up runs of both go first (not reported), so that neither measured run pays one-off jit
 compiles that the other would then reuse; programs first seen in a measured run still compile there.
+--no-sandbox skips the sandbox-forced runs (the phases are then compared with the matmul rate only).
+
+Model compute: the run's metrics count the token rows the sampler fed through the model (prefill and
+decode steps, padding included: `tokens/*`) and the update's rows x length. Their weight-matmul FLOPs
+(2 x parameters per inference row, 6 x per trained token, plus a forward for the old policy's
+logprobs; attention scores not counted, so a lower bound) divided by the rate of a large float32
+matmul measured here give the seconds the model's arithmetic needs; against the phase's wall time
+that is the share the rest (host work, dispatch, padding to buckets, environment steps) leaves.
 """
 
 from __future__ import annotations
@@ -34,7 +44,54 @@ def run_once(config_name: str, overrides: list[str], out: Path) -> dict:
     records = read_metrics(out)
     times = {p: sum(r.get(f"time/{p}", 0.0) or 0.0 for r in records) for p in PHASES}
     times["total"] = total
+    for key in ("tokens/prefill_rows", "tokens/decode_rows", "tokens/generated_tokens"):
+        times[key] = sum(r.get(key, 0) or 0 for r in records)
+    times["train_tokens"] = sum(
+        (r.get("update/rows", 0) or 0) * (r.get("update/length", 0) or 0)
+        for r in records if not r.get("update/skipped")
+    )
+    times["params"] = _param_count(config.model.name)
     return times
+
+
+def _param_count(model_name: str) -> int:
+    import jax
+    from flax import nnx
+
+    from spade_jax.models.registry import load_model
+
+    state = nnx.state(load_model(model_name).model, nnx.Param)
+    return int(sum(x.size for x in jax.tree.leaves(state)))
+
+
+def matmul_rate(n: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of an n x n float32 matmul here (best of `repeats`), the CPU's practical peak."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+    dot = jax.jit(jnp.dot)
+    dot(a, a).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        dot(a, a).block_until_ready()
+        best = min(best, time.perf_counter() - started)
+    return 2 * n**3 / best
+
+
+def compute_share(times: dict, rate: float) -> dict:
+    """Seconds the model's weight matmuls need at `rate`, and their share of the phases' wall time."""
+    params = times["params"]
+    infer_s = 2 * params * (times["tokens/prefill_rows"] + times["tokens/decode_rows"]) / rate
+    train_s = 8 * params * times["train_tokens"] / rate  # 6 (forward + backward) + 2 (old-policy forward)
+    sampled = sum(times[p] for p in ("designer", "hints", "plays"))
+    return {
+        "inference_s": infer_s, "sampling_wall_s": sampled, "inference_share": infer_s / sampled if sampled else 0.0,
+        "train_s": train_s, "update_wall_s": times["update"],
+        "train_share": train_s / times["update"] if times["update"] else 0.0,
+        "total_share": (infer_s + train_s) / times["total"] if times["total"] else 0.0,
+    }
 
 
 def main(argv=None) -> int:
@@ -43,24 +100,45 @@ def main(argv=None) -> int:
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--out", help="keep the two run directories here (default: a temporary one)")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unreported warm-up run")
+    parser.add_argument("--no-sandbox", action="store_true", help="skip the sandbox-forced baseline runs")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
     common = [f"iterations={args.iterations}", *args.overrides]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.out) if args.out else Path(tmp)
+        backends = ("auto",) if args.no_sandbox else ("auto", "sandbox")
         if not args.no_warmup:
-            for backend in ("auto", "sandbox"):
+            for backend in backends:
                 run_once(args.config, [*common, "iterations=1", f"backend={backend}"], Path(tmp) / f"warmup-{backend}")
         ours = run_once(args.config, [*common, "backend=auto"], root / "auto")
-        base = run_once(args.config, [*common, "backend=sandbox"], root / "sandbox")
+        base = None if args.no_sandbox else run_once(args.config, [*common, "backend=sandbox"], root / "sandbox")
+    rate = matmul_rate()
+    share = compute_share(ours, rate)
     print(f"config {args.config}, {args.iterations} iterations; seconds per phase (sum over iterations)")
-    print("| phase | ours (auto backend) | baseline (sandbox forced) | baseline / ours |")
+    if base is not None:
+        print("| phase | ours (auto backend) | baseline (sandbox forced) | baseline / ours |")
+        print("|---|---|---|---|")
+        for phase in (*PHASES, "total"):
+            a, b = ours[phase], base[phase]
+            ratio = f"{b / a:.2f}x" if a > 0 else "n/a"
+            print(f"| {phase} | {a:.1f} | {b:.1f} | {ratio} |")
+    else:
+        print("| phase | ours (auto backend) |")
+        print("|---|---|")
+        for phase in (*PHASES, "total"):
+            print(f"| {phase} | {ours[phase]:.1f} |")
+    print(f"\nmodel compute vs this CPU's float32 matmul rate ({rate / 1e9:.1f} GFLOP/s, 2048^3), "
+          f"{ours['params'] / 1e6:.1f}M parameters:")
+    print("| part | model arithmetic at the matmul rate (s) | wall (s) | share |")
     print("|---|---|---|---|")
-    for phase in (*PHASES, "total"):
-        a, b = ours[phase], base[phase]
-        ratio = f"{b / a:.2f}x" if a > 0 else "n/a"
-        print(f"| {phase} | {a:.1f} | {b:.1f} | {ratio} |")
-    print(json.dumps({"ours": ours, "sandbox": base}))
+    print(f"| sampling (designer + hints + plays): {ours['tokens/prefill_rows']} prefill + "
+          f"{ours['tokens/decode_rows']} decode rows | {share['inference_s']:.1f} | {share['sampling_wall_s']:.1f} "
+          f"| {share['inference_share']:.1%} |")
+    print(f"| update: {ours['train_tokens']} tokens | {share['train_s']:.1f} | {share['update_wall_s']:.1f} "
+          f"| {share['train_share']:.1%} |")
+    print(f"| whole iteration | {share['inference_s'] + share['train_s']:.1f} | {ours['total']:.1f} "
+          f"| {share['total_share']:.1%} |")
+    print(json.dumps({"ours": ours, "sandbox": base, "matmul_flops": rate, "share": share}))
     return 0
 
 

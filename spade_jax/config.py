@@ -21,6 +21,7 @@ from spade_jax.curriculum import CurriculumConfig
 from spade_jax.curriculum.corpus import CorpusConfig
 from spade_jax.envs.backends import BACKEND_CHOICES
 from spade_jax.envs.backends.sandbox import SandboxConfig
+from spade_jax.envs.library import LIBRARY_POOL, library_pool_names
 from spade_jax.envs.validate import ValidationConfig
 from spade_jax.evaluation.suites import SUITES
 from spade_jax.knobs import ConfigError, choice, finite as _finite, in_range, positive
@@ -292,7 +293,9 @@ class Config:
     train_designer: bool = True  # False: the frozen-designer ablation
     use_memory: bool = True  # False: the no-memory ablation (designer sees no past environments)
     train_on_hinted: bool = False  # also train the agent on its hinted plays
-    env_pool: str | None = None  # fixed_pool: directory of *.py environment programs (default: the library)
+    # fixed_pool: a directory of *.py environment programs, "library:name,name" for some library
+    # programs (spade_jax/envs/library), or None for the whole library
+    env_pool: str | None = None
     backend: str = "auto"  # environment backend: auto (JAX where the program fits), jax or sandbox
     max_parallel_episodes: int = 64  # episodes played in lockstep (each sandboxed env is a process)
     # host: one generate call per turn over every env; device: JAX-backend envs play inside one compiled loop
@@ -344,6 +347,14 @@ class Config:
             positive(getattr(self, key), key)
         positive(self.min_valid_envs, "min_valid_envs", allow_zero=True)
         positive(self.eval_every, "eval_every", allow_zero=True)
+        if self.env_pool is not None and self.env_pool.startswith(LIBRARY_POOL):
+            from spade_jax.envs.library import library_program
+
+            try:
+                for name in library_pool_names(self.env_pool):
+                    library_program(name)
+            except ValueError as err:
+                raise ConfigError(f"env_pool: {err}") from None
         choice(self.eval_suite, tuple(SUITES), "eval_suite")
         for key in ("nohint_plays_total", "global_batch"):
             if getattr(self, key) is not None:

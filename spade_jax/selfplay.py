@@ -611,6 +611,8 @@ class SelfPlay:
         samples = self.fit_batch(designer, agent)
         metrics["agent/samples"] = sum(s.role == AGENT for s in samples)
         metrics["designer/samples"] = sum(s.role == DESIGNER for s in samples)
+        # what the sampler computed this iteration, every role (the device play loop is not counted)
+        metrics.update({f"tokens/{k}": v for k, v in self.policy.sampler.pop_counts().items()})
         self.policy.sampler.forget()  # the update invalidates the kept KV cache: free it first
         with timer.phase("update"):
             metrics.update(self.learner.update(samples))
@@ -660,11 +662,15 @@ class _BrokenEnv:
 
 
 def fixed_pool_envs(env_pool: str | None, domain: str = "games") -> list[PoolEnv]:
-    """The fixed pool: every `*.py` program in a directory, or the domain's library when none is given."""
-    if not env_pool:
-        from spade_jax.envs.library import library_programs
+    """The fixed pool: every `*.py` program in a directory, the library programs named after
+    `library:` (comma-separated), or the domain's whole library when none is given."""
+    from spade_jax.envs.library import LIBRARY_POOL, library_pool_names, library_program, library_programs
 
+    if not env_pool:
         return [PoolEnv(f"lib-{p.name}", p.skill, "library", p.source, True) for p in library_programs(domain=domain)]
+    if env_pool.startswith(LIBRARY_POOL):
+        programs = [library_program(name) for name in library_pool_names(env_pool)]
+        return [PoolEnv(f"lib-{p.name}", p.skill, "library", p.source, True) for p in programs]
     root = Path(env_pool)
     if not root.is_dir():
         raise FileNotFoundError(f"env_pool {env_pool} is not a directory of environment programs (*.py)")

@@ -220,6 +220,18 @@ def test_config_errors_exit_2_in_one_line_from_the_cli(tmp_path):
         assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
 
 
+def test_a_library_pool_names_library_programs_and_refuses_unknown_ones():
+    from spade_jax.config import load_config
+    from spade_jax.selfplay import fixed_pool_envs
+
+    config = load_config("fixed_pool", ["env_pool=library:knapsack, grid_maze"])
+    assert [env.env_id for env in fixed_pool_envs(config.env_pool)] == ["lib-knapsack", "lib-grid_maze"]
+    with pytest.raises(ConfigError, match=r"^env_pool: no library environment named 'knapsak'; choose one of"):
+        load_config("fixed_pool", ["env_pool=library:knapsak"])
+    with pytest.raises(ConfigError, match="names no library program"):
+        load_config("fixed_pool", ["env_pool='library: ,'"])
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["domain=robots"], "domain='robots' is not allowed; choose one of games, tool_use"),
     (["domain=tool_use"], "domain=tool_use needs rollout.action=reply"),

@@ -9,7 +9,7 @@ from typing import Protocol, Sequence
 # The agent's system turn in self-play and evaluation (rollout.system_prompt None selects it there).
 AGENT_SYSTEM = (
     "You are playing a text game. Each turn, think briefly about the state, then end your reply "
-    "with exactly one action written as \\boxed{...}."
+    "with exactly one action inside \\boxed{}."
 )
 
 

@@ -140,6 +140,11 @@ def _decode(graphdef, params, cache, logits_bv, last_pos_b, live_b, row_ids, key
 # Process-wide: every Sampler over models of the same structure shares the compiled programs.
 _PREFILL = jax.jit(_prefill, static_argnums=0, static_argnames=("slots", "cache_dtype", "cache_sharding"))
 _DECODE = jax.jit(_decode, static_argnums=0, static_argnames=("mode", "new_room", "packed"), donate_argnums=(2,))
+
+# What `Sampler.counts` totals: generate calls; prompt tokens given and taken from the kept cache;
+# token rows the prefill (or cache extension) and the decode steps ran through the model, padding
+# included (batch x steps: the work done); tokens returned.
+COUNT_KEYS = ("calls", "prompt_tokens", "reused_tokens", "prefill_rows", "decode_rows", "generated_tokens")
 _ROPE = jax.jit(rope_tables, static_argnums=0)
 
 
@@ -172,6 +177,8 @@ class Sampler:
         self._kept: Kept | None = None
         self.last_reused_tokens = 0  # prompt tokens the last call took from the kept cache (0: full prefill)
         self.last_fed_tokens = 0  # token rows the last call's prefill ran through the matmuls (padding included)
+        # Running totals since the last `pop_counts()`: what the model computed, padding included.
+        self.counts = dict.fromkeys(COUNT_KEYS, 0)
 
     # -- sharding -----------------------------------------------------------------------------------
 
@@ -337,6 +344,12 @@ class Sampler:
         )
         *arrays, cache = out
         out_tokens, out_logp, out_slogp, count, reason, index = jax.device_get((*arrays, cache.index))
+        self.counts["calls"] += 1
+        self.counts["prompt_tokens"] += sum(lengths)
+        self.counts["reused_tokens"] += self.last_reused_tokens
+        self.counts["prefill_rows"] += self.last_fed_tokens
+        self.counts["decode_rows"] += batch * int(count.max(initial=0))  # every row steps until the last stops
+        self.counts["generated_tokens"] += int(count[rows_of].sum())
         if config.reuse_prefix:
             held = [[] for _ in range(batch)]
             for prompt, row in zip(prompts, rows_of):
@@ -347,6 +360,11 @@ class Sampler:
         order = np.asarray(rows_of)
         return self._finish(prompts, config, out_tokens[order], out_logp[order], out_slogp[order],
                             count[order], reason[order])
+
+    def pop_counts(self) -> dict[str, int]:
+        """The token totals since the last call (`COUNT_KEYS`), and a fresh start."""
+        counts, self.counts = self.counts, dict.fromkeys(COUNT_KEYS, 0)
+        return counts
 
     def _ids_holding(self, stop_strings: tuple[str, ...]) -> tuple[int, ...]:
         """Token ids whose own text holds a stop string: sampling one ends the row on device (the host

@@ -229,8 +229,9 @@ def _compare_in_jax(name, transpiled, step, seed, actions_for):
             jax.random.PRNGKey(0), state, action_id, transpiled.default_params
         )
         assert transpiled.render_text(record) == text, (seed, action)
-        jax_flags = (float(jax_reward), bool(jax_terminated), bool(info["program_truncated"]))
-        assert jax_flags == (reward, terminated, truncated), (seed, action)
+        # the JAX backend computes in float32: rewards agree to the equivalence check's tolerance
+        assert math.isclose(float(jax_reward), reward, rel_tol=1e-5, abs_tol=1e-5), (seed, action)
+        assert (bool(jax_terminated), bool(info["program_truncated"])) == (terminated, truncated), (seed, action)
         if terminated or truncated:
             break
     return result

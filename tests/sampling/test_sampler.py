@@ -264,3 +264,16 @@ def test_sampler_under_8_device_mesh_matches_single_device(tmp_path):
         np.concatenate([np.asarray(x) for x in out["plain"][1]]),
         np.concatenate([np.asarray(x) for x in out["mesh"][1]]), atol=1e-4,
     )
+
+
+def test_counts_total_the_rows_the_model_computed(loaded):
+    sampler = Sampler(loaded.model, loaded.tokenizer)
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
+    config = SamplingConfig(max_new_tokens=8, ignore_eos=True, prompt_buckets=(16,), batch_buckets=(4,),
+                            reuse_prefix=False, pack_prompts=False)
+    sampler.generate(prompts, config, 0)
+    sampler.generate(prompts[:1], config, 1)
+    # two calls, each padded to 4 rows: 4 x 16 prompt slots prefilled and 4 rows x 8 steps decoded per call
+    assert sampler.pop_counts() == {"calls": 2, "prompt_tokens": 12, "reused_tokens": 0, "prefill_rows": 128,
+                                    "decode_rows": 64, "generated_tokens": 32}
+    assert sampler.pop_counts()["calls"] == 0  # popping starts over

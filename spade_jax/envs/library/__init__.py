@@ -119,6 +119,17 @@ def library_program(name: str) -> LibraryProgram:
     raise ValueError(f"no library environment named {name!r}; choose one of {names}")
 
 
+LIBRARY_POOL = "library:"  # env_pool prefix naming library programs, e.g. "library:knapsack,grid_maze"
+
+
+def library_pool_names(env_pool: str) -> list[str]:
+    """The program names of a `library:a,b` pool spec (not checked here: see library_program)."""
+    names = [name.strip() for name in env_pool[len(LIBRARY_POOL):].split(",") if name.strip()]
+    if not names:
+        raise ValueError(f"{env_pool!r} names no library program; write e.g. 'library:knapsack,grid_maze'")
+    return names
+
+
 def load_library_env(name: str):
     """Executes the program in-process (trusted code; a tool-use one on the ToolEnv runtime) and returns a
     fresh, un-reset instance of its class."""

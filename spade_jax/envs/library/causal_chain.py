@@ -9,6 +9,7 @@ class CausalChainEnv:
     VARS = 5  # variables 1..VARS; CHAIN of them form the chain, the rest are unconnected
     CHAIN = 4
     INTERVENTIONS = 4
+    PARTIAL = 0.5  # a loss scores PARTIAL x the share of chain positions named right (a win scores 1)
 
     def reset(self, seed=None):
         rng = random.Random(seed)
@@ -51,7 +52,9 @@ class CausalChainEnv:
             self.done = True
             if all(digits[i] == self.order[i] + 1 for i in range(self.CHAIN)):
                 return self._observe("That is the causal chain, you win!"), 1.0, True, False, {}
-            return self._observe(f"Wrong; the chain was {self._answer()}. You lose."), 0.0, True, False, {}
+            right = sum(1 for i in range(self.CHAIN) if digits[i] == self.order[i] + 1)
+            reward = self.PARTIAL * right / self.CHAIN
+            return self._observe(f"Wrong; the chain was {self._answer()}. You lose."), reward, True, False, {}
         else:
             message = (
                 f"Invalid action (turn lost): \\boxed{{k}} intervenes on variable k (interventions left: "

@@ -9,6 +9,7 @@ class CodeBreakerEnv:
     MAX_GUESSES = 8  # valid guesses before the game is lost
     LENGTH = 4
     DIGITS = 6  # code digits are 1..DIGITS, repeats allowed
+    PARTIAL = 0.5  # a loss scores PARTIAL x the share of digits the last guess placed right (a win scores 1)
 
     def reset(self, seed=None):
         rng = random.Random(seed)
@@ -48,7 +49,8 @@ class CodeBreakerEnv:
                 return self._observe(message + " You cracked the code, you win!"), 1.0, True, False, {}
             if self.guesses >= self.MAX_GUESSES:
                 self.done = True
-                return self._observe(message + " No guesses left; you lose."), 0.0, True, False, {}
+                reward = self.PARTIAL * self.last_exact / self.LENGTH
+                return self._observe(message + " No guesses left; you lose."), reward, True, False, {}
         else:
             message = f"Invalid action (turn lost): guess {self.LENGTH} digits 1..{self.DIGITS}, e.g. \\boxed{{1234}}."
         if self.turn >= self.MAX_TURNS:

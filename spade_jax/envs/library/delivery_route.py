@@ -8,6 +8,7 @@ class DeliveryRouteEnv:
     MAX_TURNS = 12  # hard cap on steps, invalid ones included (then truncated)
     TOWNS = 5  # towns 1..TOWNS besides the depot, town 0
     FAR = 1000  # longer than any route
+    PARTIAL = 0.5  # a loss scores PARTIAL x the share of the shortest length over the trip's length (a win scores 1)
 
     def reset(self, seed=None):
         rng = random.Random(seed)
@@ -49,7 +50,7 @@ class DeliveryRouteEnv:
                     message += f" Round trip {self.length} km is optimal, you win!"
                     return self._observe(message), 1.0, True, False, {}
                 message += f" Round trip {self.length} km; {self.best} km was possible. You lose."
-                return self._observe(message), 0.0, True, False, {}
+                return self._observe(message), self.PARTIAL * self.best / self.length, True, False, {}
         else:
             message = (
                 "Invalid action (turn lost): drive to an unvisited town with \\boxed{k}; \\boxed{0} only at the end."

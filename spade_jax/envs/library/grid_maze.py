@@ -8,6 +8,7 @@ class GridMazeEnv:
     MAX_TURNS = 24  # hard cap on steps, invalid ones included (then truncated)
     MAX_MOVES = 18  # moves (bumps included) before the walker is exhausted (a loss)
     SIZE = 6
+    PARTIAL = 0.5  # a loss scores PARTIAL x the share of the way covered towards the goal (a win scores 1)
     SYMBOLS = [".", "#", "O", "A", "G"]  # floor, wall, pit, walker, goal
 
     def reset(self, seed=None):
@@ -71,10 +72,12 @@ class GridMazeEnv:
                 return self._observe(message + " You reached the goal, you win!"), 1.0, True, False, {}
             if self.grid[self.row][self.col] == 2:
                 self.done = True
-                return self._observe(message + " You fell into a pit; you lose."), 0.0, True, False, {}
+                reward = self.PARTIAL * self._progress()
+                return self._observe(message + " You fell into a pit; you lose."), reward, True, False, {}
             if self.moves >= self.MAX_MOVES:
                 self.done = True
-                return self._observe(message + " You are exhausted; you lose."), 0.0, True, False, {}
+                reward = self.PARTIAL * self._progress()
+                return self._observe(message + " You are exhausted; you lose."), reward, True, False, {}
         else:
             message = "Invalid action (turn lost): use \\boxed{up}, \\boxed{down}, \\boxed{left} or \\boxed{right}."
         if self.turn >= self.MAX_TURNS:
@@ -89,6 +92,11 @@ class GridMazeEnv:
 
     def close(self):
         pass
+
+    def _progress(self):
+        # 0 at the start corner, 1 at the goal: the share of the Manhattan distance already covered.
+        left = abs(self.row - self.goal_row) + abs(self.col - self.goal_col)
+        return 1 - left / max(1, 2 * (self.SIZE - 1))
 
     def _cell(self, r, c):
         here = r == self.row and c == self.col

@@ -7,6 +7,7 @@ import re
 class KnapsackEnv:
     MAX_TURNS = 12  # hard cap on steps, invalid ones included (then truncated)
     ITEMS = 6
+    PARTIAL = 0.5  # a loss scores PARTIAL x the share of the best value it packed (a win scores 1; a torn bag 0)
 
     def reset(self, seed=None):
         rng = random.Random(seed)
@@ -44,7 +45,7 @@ class KnapsackEnv:
                 message = f"Your packing is worth {self.total}, the best possible. You win!"
                 return self._observe(message), 1.0, True, False, {}
             message = f"Your packing is worth {self.total}; {self.best_value} was possible. You lose."
-            return self._observe(message), 0.0, True, False, {}
+            return self._observe(message), self.PARTIAL * self.total / max(self.best_value, 1), True, False, {}
         i = int(cmd) - 1 if cmd is not None and cmd.isdecimal() and len(cmd) <= 2 else -1
         if 0 <= i < self.ITEMS and not self.packed[i]:
             self.packed[i] = True

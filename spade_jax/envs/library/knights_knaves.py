@@ -8,6 +8,7 @@ class KnightsKnavesEnv:
     MAX_TURNS = 10  # hard cap on steps, invalid ones included (then truncated)
     PEOPLE = 5
     QUESTIONS = 4  # questions allowed; exactly enough to link all five people
+    PARTIAL = 0.5  # a loss scores PARTIAL x the share of islanders named right (a win scores 1)
 
     def reset(self, seed=None):
         rng = random.Random(seed)
@@ -48,7 +49,9 @@ class KnightsKnavesEnv:
             self.done = True
             if all((self._digit(number, p) == 1) == self.knight[p] for p in range(self.PEOPLE)):
                 return self._observe("Every kind is right, you win!"), 1.0, True, False, {}
-            return self._observe(f"Wrong; the truth was {self._truth()}. You lose."), 0.0, True, False, {}
+            right = sum(1 for p in range(self.PEOPLE) if (self._digit(number, p) == 1) == self.knight[p])
+            reward = self.PARTIAL * right / self.PEOPLE
+            return self._observe(f"Wrong; the truth was {self._truth()}. You lose."), reward, True, False, {}
         else:
             message = (
                 "Invalid action (turn lost): ask with \\boxed{ij} (two digits, i != j, questions left) or answer "

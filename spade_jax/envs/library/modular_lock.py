@@ -10,6 +10,7 @@ class ModularLockEnv:
     MOD = 7  # every dial shows a digit 0..MOD-1 and wraps around
     DIALS = 3
     BUTTONS = 3
+    PARTIAL = 0.5  # a loss scores PARTIAL x the share of dials showing their target (a win scores 1)
 
     def reset(self, seed=None):
         rng = random.Random(seed)
@@ -48,7 +49,9 @@ class ModularLockEnv:
                 return self._observe(message + " Click: the lock opens, you win!"), 1.0, True, False, {}
             if self.used >= self.MAX_PRESSES:
                 self.done = True
-                return self._observe(message + " The lock jams; you lose."), 0.0, True, False, {}
+                right = sum(1 for d in range(self.DIALS) if self.dials[d] == self.target[d])
+                reward = self.PARTIAL * right / self.DIALS
+                return self._observe(message + " The lock jams; you lose."), reward, True, False, {}
         else:
             message = f"Invalid action (turn lost): press a button with \\boxed{{k}}, k in 1..{self.BUTTONS}."
         if self.turn >= self.MAX_TURNS:

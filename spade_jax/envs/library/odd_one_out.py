@@ -9,6 +9,7 @@ class OddOneOutEnv:
     ROUNDS = 4
     CHOICES = 5  # numbers per round; exactly one lacks the hidden property
     LIVES = 2  # the LIVES-th wrong pick loses
+    PARTIAL = 0.5  # a loss scores PARTIAL x the share of rounds answered right (a win scores 1)
     PRIMES = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37]
 
     def reset(self, seed=None):
@@ -55,7 +56,8 @@ class OddOneOutEnv:
             if self.lives == 0:
                 self.done = True
                 message += f" No lives left; the property was: {self._rule()}. You lose."
-                return self._observe(message), 0.0, True, False, {}
+                right = self.round - (self.LIVES - self.lives)
+                return self._observe(message), self.PARTIAL * right / self.ROUNDS, True, False, {}
             if self.round == self.ROUNDS:
                 self.done = True
                 return self._observe(message + f" The property was: {self._rule()}. You win!"), 1.0, True, False, {}

@@ -9,6 +9,7 @@ class SequenceRuleEnv:
     SHOWN = 5  # terms visible at the start
     ROUNDS = 3  # further terms to predict, one per round
     LIVES = 2  # the LIVES-th wrong prediction loses
+    PARTIAL = 0.5  # a loss scores PARTIAL x the share of terms predicted right (a win scores 1)
 
     def reset(self, seed=None):
         rng = random.Random(seed)
@@ -58,7 +59,9 @@ class SequenceRuleEnv:
                 message = f"Wrong: the next term is {answer}, not {guess}."
             if self.lives == 0:
                 self.done = True
-                return self._observe(message + " No lives left; you lose."), 0.0, True, False, {}
+                right = self.known - self.SHOWN - (self.LIVES - self.lives)
+                reward = self.PARTIAL * right / self.ROUNDS
+                return self._observe(message + " No lives left; you lose."), reward, True, False, {}
             if self.known == self.SHOWN + self.ROUNDS:
                 self.done = True
                 return self._observe(message + " Sequence complete, you win!"), 1.0, True, False, {}

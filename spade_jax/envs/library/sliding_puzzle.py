@@ -9,6 +9,7 @@ class SlidingPuzzleEnv:
     MAX_MOVES = 20  # moves (bumps included) before the game is lost
     SIZE = 3
     SCRAMBLE = 8  # random gap moves applied to the solved board, never undoing the previous one
+    PARTIAL = 0.5  # a loss scores PARTIAL x the share of tiles in their place (a win scores 1)
 
     def reset(self, seed=None):
         rng = random.Random(seed)
@@ -54,7 +55,9 @@ class SlidingPuzzleEnv:
                 return self._observe(message + " Solved, you win!"), 1.0, True, False, {}
             if self.moves >= self.MAX_MOVES:
                 self.done = True
-                return self._observe(message + " No moves left; you lose."), 0.0, True, False, {}
+                placed = sum(1 for i in range(self.SIZE * self.SIZE) if self.board[i] == i + 1)
+                reward = self.PARTIAL * placed / (self.SIZE * self.SIZE - 1)
+                return self._observe(message + " No moves left; you lose."), reward, True, False, {}
         else:
             message = "Invalid action (turn lost): use \\boxed{up}, \\boxed{down}, \\boxed{left} or \\boxed{right}."
         if self.turn >= self.MAX_TURNS:

@@ -8,6 +8,7 @@ class SwitchLightsEnv:
     MAX_TURNS = 8  # hard cap on steps, invalid ones included (then truncated)
     COUNT = 4  # switches and lights
     EXPERIMENTS = 2  # switch settings you may try before answering
+    PARTIAL = 0.5  # a loss scores PARTIAL x the share of lights matched to their switch (a win scores 1)
 
     def reset(self, seed=None):
         rng = random.Random(seed)
@@ -52,7 +53,9 @@ class SwitchLightsEnv:
             self.done = True
             if all(digits[j] == self.control[j] + 1 for j in range(self.COUNT)):
                 return self._observe("That is the wiring, you win!"), 1.0, True, False, {}
-            return self._observe(f"Wrong; the wiring was {self._answer()}. You lose."), 0.0, True, False, {}
+            right = sum(1 for j in range(self.COUNT) if digits[j] == self.control[j] + 1)
+            reward = self.PARTIAL * right / self.COUNT
+            return self._observe(f"Wrong; the wiring was {self._answer()}. You lose."), reward, True, False, {}
         else:
             message = (
                 f"Invalid action (turn lost): \\boxed{{...}} with {self.COUNT} binary digits sets the switches "

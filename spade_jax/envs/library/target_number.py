@@ -9,6 +9,7 @@ class TargetNumberEnv:
     MAX_MOVES = 8  # valid operations allowed before the game is lost
     LIMIT = 999  # the value must stay within 0..LIMIT
     PLAN = 5  # operations in the hidden plan that defines the target
+    PARTIAL = 0.5  # a loss scores PARTIAL x the share of the way from the start to the target covered (a win scores 1)
 
     def reset(self, seed=None):
         rng = random.Random(seed)
@@ -57,10 +58,12 @@ class TargetNumberEnv:
                 return self._observe(message + " Target reached, you win!"), 1.0, True, False, {}
             if self.value < 0 or self.value > self.LIMIT:
                 self.done = True
-                return self._observe(message + " The value left the allowed range; you lose."), 0.0, True, False, {}
+                reward = self.PARTIAL * self._progress()
+                return self._observe(message + " The value left the allowed range; you lose."), reward, True, False, {}
             if self.moves >= self.MAX_MOVES:
                 self.done = True
-                return self._observe(message + " No operations left; you lose."), 0.0, True, False, {}
+                reward = self.PARTIAL * self._progress()
+                return self._observe(message + " No operations left; you lose."), reward, True, False, {}
         else:
             message = "Invalid action (turn lost): answer with \\boxed{add}, \\boxed{sub} or \\boxed{mul}."
         if self.turn >= self.MAX_TURNS:
@@ -73,6 +76,10 @@ class TargetNumberEnv:
 
     def close(self):
         pass
+
+    def _progress(self):
+        # 1 at the target, 0 at the start distance or farther.
+        return max(0.0, 1 - abs(self.target - self.value) / max(1, abs(self.target - self.start)))
 
     def _observe(self, message):
         return (
