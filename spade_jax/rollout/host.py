@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 from spade_jax.rollout.actions import agent_action
 from spade_jax.rollout.chat import ChatStream, Tokenizer, with_hint
 from spade_jax.rollout.config import RolloutConfig
+from spade_jax.rollout.tool_calls import parse_tool_calls
 from spade_jax.rollout.trajectory import Trajectory, clip_to_context, end_on_env_error
 
 
@@ -92,10 +93,13 @@ def play_episodes(
             actions = []
             for i, reply in zip(live, replies):
                 traj = trajectories[i]
-                traj.tokens.extend(reply.tokens)
-                traj.loss_mask.extend([1] * len(reply.tokens))
-                traj.behaviour_logprobs.extend(reply.logprobs)
                 text = config.reply_prefix + tokenizer.decode(reply.tokens, skip_special_tokens=True)
+                masked = config.mask_malformed_tool_calls and not parse_tool_calls(text).well_formed
+                if masked:
+                    traj.meta["malformed_tool_calls"] = traj.meta.get("malformed_tool_calls", 0) + 1
+                traj.tokens.extend(reply.tokens)
+                traj.loss_mask.extend([0 if masked else 1] * len(reply.tokens))
+                traj.behaviour_logprobs.extend(reply.logprobs)
                 traj.actions.append(text)
                 actions.append(agent_action(text, config.action))
             if config.end_on_cut_reply:  # SPADE: an unfinished reply ends its episode unplayed
