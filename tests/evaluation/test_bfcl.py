@@ -9,8 +9,6 @@ from spade_jax.evaluation.stats import wilson_interval
 from spade_jax.models.tokenizer import byte_tokenizer
 from spade_jax.rollout.tool_calls import ToolCall, render_tool_calls
 
-pytest.importorskip("bfcl_eval", reason="bfcl-eval is in the tool_use extra (installed with --no-deps)")
-
 
 def _gt_transcript(entry, answer):
     """The ground truth as our agent would play it: per turn one step with the calls, via ToolCall."""
