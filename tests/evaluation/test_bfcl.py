@@ -154,3 +154,30 @@ def test_unknown_suites_and_categories_are_one_line_errors():
         bfcl.get_tool_suite("tools")
     with pytest.raises(ValueError, match="unknown BFCL categories"):
         bfcl.ToolSuite("x", ("web_search",), 1)
+
+
+def test_eval_cli_tool_use_usage_errors(capsys):
+    from experiments import eval as eval_cli
+
+    assert eval_cli.main(["--model", "tiny", "--suite", "tool_use_quick", "--tasks", "bfcl:web_search"]) == 2
+    assert "has no task 'bfcl:web_search'" in capsys.readouterr().err
+    assert eval_cli.main(["--model", "tiny", "--suite", "tool_use", "--seed", "1"]) == 2
+    assert eval_cli.main(["--model", "tiny", "--suite", "tool_use", "--episodes", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and all(line.startswith("error: ") for line in err.splitlines())
+
+
+@pytest.mark.slow
+def test_eval_cli_tool_use_quick_end_to_end_tiny_model(tmp_path):
+    import json
+
+    from experiments import eval as eval_cli
+
+    out = tmp_path / "tools.json"
+    code = eval_cli.main(["--model", "tiny", "--suite", "tool_use_quick", "--episodes", "1", "--tasks",
+                          "bfcl:simple_python,bfcl:parallel", "--max-new-tokens", "4", "--no-progress",
+                          "--out", str(out)])
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert [t["env_id"] for t in report["tasks"]] == ["bfcl:simple_python", "bfcl:parallel"]
+    assert report["entries_per_category"] == 1 and len(report["episodes"]) == 2
