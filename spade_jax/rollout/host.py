@@ -71,10 +71,12 @@ def play_episodes(
             stream = ChatStream(tokenizer, config.system_prompt, config.reply_prefix)
             streams.append(stream)
             try:
-                obs, _info = future.result()
+                obs, info = future.result()
             except Exception as err:  # an environment crash ends its episode, not the run
                 end_on_env_error(traj, err, "reset", config)
                 continue
+            if config.tool_turns and isinstance(info, dict) and info.get("tools"):
+                stream.tools = list(info["tools"])  # rendered by the chat template (rollout/tool_chat.py)
             traj.observations.append(obs)
             prompt = stream.first_turn(format_observation(obs + config.observation_suffix, hints[i]))
             traj.tokens.extend(prompt)
@@ -127,7 +129,10 @@ def play_episodes(
                 if terminated or truncated:
                     traj.terminated, traj.truncated = bool(terminated), bool(truncated) and not terminated
                     continue
-                follow = streams[i].next_turn(reply.tokens, format_observation(obs + config.observation_suffix, None))
+                # a reply that called tools hears back in a tool turn under rollout.tool_turns
+                role = "tool" if config.tool_turns and parse_tool_calls(traj.actions[-1]).calls else "user"
+                follow = streams[i].next_turn(reply.tokens, format_observation(obs + config.observation_suffix, None),
+                                              role=role)
                 traj.tokens.extend(follow)
                 traj.loss_mask.extend([0] * len(follow))
                 traj.behaviour_logprobs.extend([0.0] * len(follow))

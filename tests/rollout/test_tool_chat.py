@@ -162,3 +162,33 @@ def test_the_device_loop_refuses_the_mask_option():
 
 class _NoStops:
     stop_strings = ()
+
+
+class _ListedToolsEnv(_ToolEnv):
+    def reset(self, seed=None):
+        obs, _ = super().reset(seed)
+        return obs, {"tools": TOOLS}
+
+
+@pytest.mark.parametrize("tool_turns", [False, True])
+def test_tool_turns_put_tools_in_the_template_and_results_in_tool_turns(qwen3, tool_turns):
+    replies = [render_tool_calls(CALLS), "<answer>done</answer>"]
+    turn = iter(replies)
+
+    def generate(prompts):
+        ids = qwen3.encode(next(turn), add_special_tokens=False) + [qwen3.eos_token_ids[0]]
+        return [Generation(ids, [-0.1] * len(ids), "eos") for _ in prompts]
+
+    config = RolloutConfig(max_turns=2, action="reply", tool_turns=tool_turns, system_prompt="Be brief.")
+    (traj,) = play_episodes([_ListedToolsEnv()], [0], generate, qwen3, config, format_observation=lambda o, h: o)
+    text = qwen3.decode(traj.tokens, skip_special_tokens=False)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Call a tool."},
+                {"role": "assistant", "content": replies[0]},
+                {"role": "tool" if tool_turns else "user", "content": "called ['get_weather', 'ls']"}]
+    if tool_turns:  # the stream is what transformers renders with tools=, up to the re-rendered thinking block
+        reference = _reference(qwen3, messages)
+        assert text.startswith(_reference(qwen3, messages[:2]))
+        assert text.endswith(reference[reference.rindex("</tool_call>") + len("</tool_call>"):] + replies[1]
+                             + "<|im_end|>")
+    else:
+        assert "# Tools" not in text and "<tool_response>" not in text
