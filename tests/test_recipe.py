@@ -165,6 +165,8 @@ TOOL_USE_REFERENCE = {
     # Ours: the environment reads the calls from the whole reply; our system turn states the call format
     # (the reference renders the tools into Qwen's system turn); no \boxed{} request.
     "rollout.action": "reply",
+    "rollout.tool_turns": True,  # apply_chat_template(tools=...), tool results as tool turns
+    "rollout.mask_malformed_tool_calls": True,  # SPARE_MASK_MALFORMED_TOOLCALL=1
     "rollout.system_prompt": None,
     "rollout.observation_suffix": "",
     # --spade-use-env-validator asks an LLM whether the program is solvable; ours replays solution().
