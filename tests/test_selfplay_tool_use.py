@@ -10,9 +10,10 @@ from experiments.run import main as run_main
 from spade_jax.envs.library import TOOL_USE_SKILLS
 
 # tiny.yaml is a games config: the overrides a tool-use run needs (whole replies, no forced \boxed{, no stop at
-# "}", room for the first observation's tool list).
+# "}", room for the first observation's tool list), with malformed calls masked. The recipe's tool_turns would
+# not fit the tiny model's 2048-token context with the tool schemas (tests/rollout/test_tool_use_play.py has it).
 TOOL_USE = ["domain=tool_use", "rollout.action=reply", "rollout.reply_prefix=", "agent_sampling.stop_strings=[]",
-            "rollout.max_context_tokens=2048"]
+            "rollout.max_context_tokens=2048", "rollout.mask_malformed_tool_calls=true"]
 
 
 def _lines(path):
