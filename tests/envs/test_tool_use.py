@@ -261,6 +261,7 @@ BROKEN = {
         _broken("def tool_read(self):", "def tool_reed(self):"),  # declared, not served
         _broken('"required": ["amount"]}},', '"required": ["amount", "unit"]}},'),  # required, undeclared
         _broken("TOOLS = [", "TOOLS = []\n    UNUSED = ["),  # no tools
+        _broken('"parameters": {"type": "object", "properties": {}}}}', '"parameters": []}}'),  # not a schema
     ],
     "step": [
         # A step of its own that swallows every reply: malformed calls go unreported.

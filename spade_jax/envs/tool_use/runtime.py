@@ -190,11 +190,15 @@ class ToolEnv:
 
     @staticmethod
     def describe_tool(spec):
+        """`- name(arg: type, optional?: type): description` (malformed declarations are shown as they
+        are; validation's tools check names the fault)."""
         function = spec["function"]
-        params = function["parameters"].get("properties", {})
-        required = function["parameters"].get("required", [])
-        args = ", ".join(f"{name}: {info.get('type', 'any')}{'' if name in required else '?'}"
-                         for name, info in params.items())
+        parameters = function["parameters"] if isinstance(function["parameters"], dict) else {}
+        params = parameters.get("properties") if isinstance(parameters.get("properties"), dict) else {}
+        required = parameters.get("required") if isinstance(parameters.get("required"), list) else []
+        args = ", ".join(
+            f"{name}{'' if name in required else '?'}: {info.get('type', 'any') if isinstance(info, dict) else 'any'}"
+            for name, info in params.items())
         return f"- {function['name']}({args}): {function['description']}"
 
     # ---- internals -----------------------------------------------------------------------
