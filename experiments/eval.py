@@ -1,8 +1,10 @@
-"""Score a model or a training run on the held-out suite (offline GEM games and reasoning-gym):
-prints a success table with 95% intervals, writes JSON, and flags generated envs that copy an eval env.
+"""Score a model or a training run on the held-out suite (offline GEM games and reasoning-gym) or on BFCL
+tool use (tool_use: multi-turn, tool_use_quick: single-turn AST): prints a success table with 95% intervals,
+writes JSON, and flags generated envs that copy an eval env.
 
   python -m experiments.eval --model smollm2-135m-instruct --suite quick
   python -m experiments.eval --run runs/spade-tiny --suite heldout --out eval.json
+  python -m experiments.eval --model smollm2-135m-instruct --suite tool_use_quick --episodes 50
 """
 
 from __future__ import annotations
@@ -108,9 +110,8 @@ def load_run(run_dir: str | Path) -> tuple[Any, dict]:
     return loaded, source
 
 
-def _load_policy(args: argparse.Namespace) -> tuple[Any, dict]:
+def _load_model(args: argparse.Namespace) -> tuple[Any, dict]:
     from spade_jax.models.registry import load_model
-    from spade_jax.sampling import SamplingConfig
 
     if args.run:
         loaded, source = load_run(args.run)
@@ -120,6 +121,13 @@ def _load_policy(args: argparse.Namespace) -> tuple[Any, dict]:
         except (ValueError, FileNotFoundError) as err:
             raise UsageError(str(err)) from None
         source = {"model": args.model}
+    return loaded, source
+
+
+def _load_policy(args: argparse.Namespace) -> tuple[Any, dict]:
+    from spade_jax.sampling import SamplingConfig
+
+    loaded, source = _load_model(args)
     # The agent answers as it was trained to: the run's forced reply prefix and stop strings.
     run_config = _run_config(Path(args.run)) if args.run else {}
     reply_prefix = args.reply_prefix
@@ -196,9 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--model", help="preset name, HF model directory or .gguf file")
     which.add_argument("--run", help="run directory of experiments.run (latest checkpoint)")
-    parser.add_argument("--suite", default="heldout", choices=sorted(evaluation.SUITES))
-    parser.add_argument("--episodes", type=int, help="episodes per task (default: the suite's)")
-    parser.add_argument("--tasks", help="comma-separated subset of the suite's env ids")
+    parser.add_argument("--suite", default="heldout",
+                        choices=sorted(evaluation.SUITES) + sorted(evaluation.TOOL_SUITES))
+    parser.add_argument("--episodes", type=int,
+                        help="episodes per task (default: the suite's); for tool_use suites, entries per category")
+    parser.add_argument("--tasks", help="comma-separated subset of the suite's env ids (tool_use: bfcl:CATEGORY)")
     parser.add_argument("--seed", type=int, default=0, help="shifts every episode seed (0 = canonical)")
     parser.add_argument("--out", help="JSON report path (default for --run: RUN/eval_<suite>.json)")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="tokens per agent reply")
@@ -220,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     from spade_jax.run import setup_logging
 
     setup_logging(None, "WARNING")
+    if args.suite in evaluation.TOOL_SUITES:
+        return _main_tool_use(args)
     try:
         if args.episodes is not None and args.episodes < 1:
             raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
@@ -267,6 +279,55 @@ def main(argv: list[str] | None = None) -> int:
             _write_report(out, text)
         except OSError as err:
             print(text, end="")  # the report is never lost: stdout gets it instead
+            print(f"error: cannot write {out} ({err.strerror or err}); the JSON report is on stdout above",
+                  file=sys.stderr)
+            return 1
+        print(f"\nwrote {out}")
+    return 0
+
+
+def _main_tool_use(args: argparse.Namespace) -> int:
+    """BFCL tool use: the model answers in its own chat format with tools (no forced prefix, no held-out seeds)."""
+    from spade_jax.sampling import SamplingConfig
+
+    try:
+        if args.episodes is not None and args.episodes < 1:
+            raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+        if args.batch_size is not None and args.batch_size < 1:
+            raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+        if args.seed != 0 or args.reply_prefix:
+            raise UsageError(f"--seed and --reply-prefix do not apply to {args.suite} (BFCL entries are fixed)")
+        suite = evaluation.get_tool_suite(args.suite, args.episodes)
+        if args.tasks:
+            wanted = [t.strip().removeprefix("bfcl:") for t in args.tasks.split(",") if t.strip()]
+            unknown = [t for t in wanted if t not in suite.categories]
+            if unknown:
+                raise UsageError(f"suite {suite.name} has no task {'bfcl:' + unknown[0]!r}; "
+                                 f"its tasks: {', '.join('bfcl:' + c for c in suite.categories)}")
+            suite = evaluation.ToolSuite(suite.name, tuple(wanted), suite.entries)
+        if args.run and not Path(args.run).is_dir():
+            raise UsageError(f"run directory {args.run} does not exist")
+        evaluation.load_category(suite.categories[0], 1)  # bfcl-eval present, before the model loads
+        out = Path(args.out) if args.out else (Path(args.run) / f"eval_{suite.name}.json" if args.run else None)
+        if out is not None:
+            _check_out(out)
+        loaded, source = _load_model(args)
+    except (UsageError, ValueError, ImportError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                              stop_strings=tuple(args.stop or ()))
+    complete = evaluation.model_completer(loaded.model, loaded.tokenizer, sampling, seed=args.seed)
+    report = evaluation.evaluate_tools(complete, loaded.tokenizer, suite, batch_size=args.batch_size,
+                                       progress=not args.no_progress)
+    result = {"source": source, "entries_per_category": suite.entries, **report.to_dict()}
+    print(report.format_table())
+    if out is not None:
+        text = json.dumps(result, indent=2) + "\n"
+        try:
+            _write_report(out, text)
+        except OSError as err:
+            print(text, end="")
             print(f"error: cannot write {out} ({err.strerror or err}); the JSON report is on stdout above",
                   file=sys.stderr)
             return 1

@@ -27,7 +27,7 @@ from spade_jax.evaluation.suites import SUITES
 from spade_jax.knobs import ConfigError, choice, finite as _finite, in_range, positive
 from spade_jax.mesh import MeshConfig
 from spade_jax.rl.config import RLConfig
-from spade_jax.roles import RolesConfig
+from spade_jax.roles import DOMAINS, RolesConfig
 from spade_jax.rollout import RolloutConfig
 from spade_jax.sampling import SamplingConfig
 
@@ -275,6 +275,9 @@ class Config:
     """Everything one run needs; spade_jax/configs/default.yaml is a commented copy."""
 
     mode: str = "selfplay"  # selfplay (SPADE) or fixed_pool (agent-only GRPO on env_pool)
+    # what the environments are: games (text games, \boxed{} actions) or tool_use (ToolEnv tasks: tool calls,
+    # <answer>); picks the skills, the library, the designer and hint prompts and the agent's system turn
+    domain: str = "games"
     seed: int = 0  # seeds every random choice of the run
     iterations: int = 8  # rollout steps (agent updates) to run
     # Wall-clock budget: stop after the iteration during which this many minutes of training are spent,
@@ -330,6 +333,14 @@ class Config:
 
     def __post_init__(self):
         choice(self.mode, MODES, "mode")
+        choice(self.domain, DOMAINS, "domain")
+        if self.domain == "tool_use":
+            if self.rollout.action != "reply":
+                raise ConfigError("domain=tool_use needs rollout.action=reply (the environment reads the tool "
+                                  "calls from the whole reply)")
+            if self.backend == "jax":
+                raise ConfigError("domain=tool_use needs backend=auto or sandbox (tool-use programs run in the "
+                                  "sandbox)")
         choice(self.backend, BACKEND_CHOICES, "backend")
         choice(self.play_loop, ("host", "device"), "play_loop")
         if self.play_loop == "device" and self.rollout.reply_prefix:

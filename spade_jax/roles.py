@@ -1,5 +1,6 @@
 """The three roles one model plays: designer (writes, rewrites or tunes an environment), hint writer,
-agent. Builds each role's chat messages within a small model's context and parses what each role writes."""
+agent, for each domain (games; tool use, where environments extend ToolEnv). Builds each role's chat
+messages within a small model's context and parses what each role writes."""
 
 from __future__ import annotations
 
@@ -65,6 +66,13 @@ SKILL_DESCRIPTIONS: dict[str, str] = {
     "pattern recognition": "a hidden rule or regularity to infer from examples and apply",
     "optimization": "the best plan, order or allocation under limits",
     "causal inference": "experiments and observations that reveal hidden causes and effects",
+    # the tool-use domain's skills (spade_jax.envs.library.TOOL_USE_SKILLS)
+    "API orchestration": "chaining calls whose results feed the next call's arguments and change state",
+    "data retrieval": "querying tools to discover facts, then combining them into one precise answer",
+    "state modification": "a sequence of state changes, each depending on the state the last one left",
+    "error recovery": "tool failures whose error messages tell how to retry, correct or route around them",
+    "tool selection": "choosing the right tools among many, most of them irrelevant to the task",
+    "multi-step workflows": "ordered procedures whose later steps need the results of earlier ones",
 }
 
 # The environment contract: what spade_jax/envs/validate.py checks (interface, determinism, reward
@@ -96,9 +104,49 @@ DESIGNER_SYSTEM = (
 )
 
 
-def designer_system(cfg: RolesConfig) -> str:
-    """The designer's system turn: the contract, plus the JAX-subset advice when the config asks for it."""
+# The tool-use environment contract: what ToolEnv (spade_jax/envs/tool_use/runtime.py) expects of a subclass
+# and what validation checks (declared tools served, malformed and unknown calls survived, solution() wins),
+# plus what SPADE's tool-use designer prompt asks (simulated stateful tools, hidden information, several
+# dependent calls, distractor tools, exact arguments, self-verification).
+TOOL_ENV_CONTRACT = """\
+A tool-use environment is ONE Python class whose name ends in `Env` and that extends ToolEnv. ToolEnv is already defined: do not define or import it. Import only the Python standard library. ToolEnv already implements reset(seed), step(reply), the <tool_call>{"name": ..., "arguments": {...}}</tool_call> protocol, argument checking against your schemas, the <answer>...</answer> ending and the reward: never write reset or step yourself. You write:
+- TOOLS = [{"name": ..., "description": ..., "parameters": {"type": "object", "properties": {ARG: {"type": "string"|"integer"|"number"|"boolean"|"array"|"object"}}, "required": [...]}}, ...]: 3 to 8 tools, including 1 or 2 the task does not need (do not label them unused).
+- setup(self, rng) -> str: build all simulated data and state from rng (a random.Random(seed); never the global random module) and return the task: what to achieve and the answer format, not the facts the tools reveal.
+- One method tool_NAME(self, ARG, ...) per tool, with exactly the parameter names declared in TOOLS. It reads or changes the hidden state and returns a str or JSON-able value; on a bad id, a wrong precondition or any other failure it raises ToolError("what went wrong and what to do"). Tools use no randomness.
+- subgoals(self) -> list of bools read from the hidden state: every required state change and, when the task asks for a value, self.answer_matches(expected); none holds before the agent acts, and a constraint ("change nothing else") is and-ed into the goals it guards. The episode's reward is their share met when the agent answers (1.0 when all are met).
+- solution(self) -> list of replies that wins the episode of the last reset: each reply is one or more self.call("NAME", ARG=value, ...) joined together, and the last is self.final(answer) (self.final("done") when the task asks for no value).
+- MAX_TURNS = N (at most 25): the number of replies allowed; the task must be solvable in MAX_TURNS - 2 replies.
+Rules:
+- Hidden information: the agent learns the facts only from tool results, and no single tool reveals enough: it must combine at least two tools and make at least 3 dependent calls, later calls using what earlier ones returned or changed.
+- Stateful: offer query tools and mutation tools; a mutation with a wrong precondition raises ToolError instead of silently succeeding.
+- Exact: arguments and answers are checked exactly (answer_matches ignores case, spacing and number formatting); the answer is computed from the data, never written as a constant.
+- Self-contained: tools are simulated in Python; no files, network, subprocesses or real APIs; never mention a source document.
+- Before you reply, trace your program: from setup with seed 0, solution()'s calls must all succeed and meet every subgoal."""  # noqa: E501 (prompt text, one line per rule)
+
+TOOL_DESIGNER_SYSTEM = (
+    "You design tool-use tasks (reinforcement-learning environments) that train an agent to call tools. "
+    "A good task is solvable, needs several dependent tool calls, and is neither trivial nor hopeless.\n\n"
+    + TOOL_ENV_CONTRACT
+)
+
+DOMAINS = ("games", "tool_use")  # what the designer writes: text games or tool-use tasks
+
+
+def _check_domain(domain: str) -> None:
+    if domain not in DOMAINS:
+        raise ValueError(f"domain must be one of {', '.join(DOMAINS)}, got {domain!r}")
+
+
+def designer_system(cfg: RolesConfig, domain: str = "games") -> str:
+    """The designer's system turn: the domain's contract, plus (games) the JAX-subset advice when the config
+    asks for it; tool-use programs always run in the sandbox."""
+    _check_domain(domain)
+    if domain == "tool_use":
+        return TOOL_DESIGNER_SYSTEM
     return DESIGNER_SYSTEM + ("\n" + JAX_SUBSET_ADVICE if cfg.jax_subset_advice else "")
+
+TOOL_HINT_SYSTEM = ("You write short hints for an agent that solves a task by calling tools. You can read the "
+                    "task's code; the agent sees only the task, the tool list and the tool results.")
 
 HINT_SYSTEM = ("You write short hints for the player of a text game. You can read the game's code; the player sees "
                "only its observations.")
@@ -212,8 +260,9 @@ def designer_prompt(
     base_program: str | None = None,
     base_win_rate: float | None = None,
     cfg: RolesConfig = RolesConfig(),
+    domain: str = "games",
 ) -> Messages:
-    """Chat messages asking the designer for one environment.
+    """Chat messages asking the designer for one environment of `domain` (games or tool_use).
 
     `positives` and `negatives` are memory records (with .source, .win_rate, .regret, .skill); as in
     SPADE they go into every mode's prompt: positives with their code, negatives as one line each. In
@@ -222,6 +271,7 @@ def designer_prompt(
     for the base's constants). The grounding document fills whatever the prompt budget leaves,
     within [doc_min_chars, doc_max_chars].
     """
+    _check_domain(domain)
     if mode not in ("write", "edit", "tune"):
         raise ValueError(f"designer mode must be 'write', 'edit' or 'tune', got {mode!r}")
     if mode in ("edit", "tune") and not base_program:
@@ -242,22 +292,24 @@ def designer_prompt(
         )
         task = (
             _edit_instruction(base_win_rate) + f" It must exercise {skill}. Keep the class interface and "
-            "rename the class (it must still end in Env)."
+            "rename the class (it must still end in Env"
+            + (" and extend ToolEnv)." if domain == "tool_use" else ").")
             + (" Take new rules, names or quantities from the document above." if document else "")
             + "\n" + REPLY_WITH_CODE
         )
     else:
+        kind = "tool-use environment" if domain == "tool_use" else "environment"
         task = (
-            f"Write a NEW environment that exercises {skill}"
+            f"Write a NEW {kind} that exercises {skill}"
             + (", with its theme and rules drawn from the document" if document else "")
             + ", different from the examples. " + REPLY_WITH_CODE
         )
     if document is not None:
-        used = len(designer_system(cfg)) + sum(len(s) + 2 for s in sections) + len(task)
+        used = len(designer_system(cfg, domain)) + sum(len(s) + 2 for s in sections) + len(task)
         sections.insert(1, _document_section(document, used, cfg))
     sections.append(task)
     return [
-        {"role": "system", "content": designer_system(cfg)},
+        {"role": "system", "content": designer_system(cfg, domain)},
         {"role": "user", "content": "\n\n".join(sections)},
     ]
 
@@ -285,7 +337,8 @@ def parse_designer_output(text: str) -> str:
         return ""
 
 
-def repair_prompt(source: str, errors: Sequence[str], cfg: RolesConfig = RolesConfig()) -> Messages:
+def repair_prompt(source: str, errors: Sequence[str], cfg: RolesConfig = RolesConfig(),
+                  domain: str = "games") -> Messages:
     """One repair turn for a program that failed validation.
 
     The repaired program may feed the agent, but the designer is trained on its original reply and
@@ -293,7 +346,7 @@ def repair_prompt(source: str, errors: Sequence[str], cfg: RolesConfig = RolesCo
     """
     listed = "\n".join(f"- {e}" for e in errors) if errors else "- (no message)"
     return [
-        {"role": "system", "content": designer_system(cfg)},
+        {"role": "system", "content": designer_system(cfg, domain)},
         {"role": "user", "content": (
             "This environment program failed validation:\n" + listed + "\n\n"
             + _code_block(source, cfg.max_prompt_chars // 2)
@@ -424,12 +477,12 @@ class DesignRequest:
     base_source: str | None = None  # the base program (edit and tune modes); a tune reply is applied to it
 
 
-def _library_items() -> list[Any]:
+def _library_items(domain: str = "games") -> list[Any]:
     try:
         from spade_jax.envs.library import library_programs
     except ImportError:
         return []
-    return list(library_programs())
+    return list(library_programs(domain=domain))
 
 
 def _ids(records: Sequence[Any]) -> tuple[str, ...]:
@@ -451,6 +504,7 @@ def design_request(
     cfg: RolesConfig = RolesConfig(),
     positives: int = 2,
     negatives: int = 1,
+    domain: str = "games",
 ) -> DesignRequest:
     """Sample everything one designer prompt needs (mode, document, memory examples, library
     example or edit base) and build it. Modes: "edit" with chance `edit_prob` (when there is a base),
@@ -462,7 +516,8 @@ def design_request(
     from `rng` by one fixed draw, so the no-corpus and no-memory ablations (corpus or memory None)
     change only what they remove: the same rng gives the same mode, base and document.
     """
-    library = _library_items() if library is None else list(library)
+    _check_domain(domain)
+    library = _library_items(domain) if library is None else list(library)
     doc_rng, memory_rng, rng = (np.random.default_rng(int(seed)) for seed in rng.integers(0, 2**63, size=3))
     document = corpus.sample(doc_rng) if corpus is not None else None
     title = document.title if document is not None else None
@@ -485,10 +540,10 @@ def design_request(
             mode = "tune"
         else:
             messages = designer_prompt(skill, document, shown, neg, mode="edit", base_program=base_source,
-                                       base_win_rate=base_w, cfg=cfg)
+                                       base_win_rate=base_w, cfg=cfg, domain=domain)
         return DesignRequest(skill, mode, messages, title, base_name, _ids(shown), _ids(neg), base_source)
     example = _pick(rng, fitting).source if fitting else None
-    messages = designer_prompt(skill, document, pos, neg, example, mode="write", cfg=cfg)
+    messages = designer_prompt(skill, document, pos, neg, example, mode="write", cfg=cfg, domain=domain)
     return DesignRequest(skill, "write", messages, title, None, _ids(pos), _ids(neg))
 
 
@@ -500,9 +555,25 @@ def design_request(
 HINT_MAX_WORDS = 100  # a hint longer than this is cut at a sentence boundary (SPADE asks for under 100 words)
 
 
-def hint_prompt(source: str, cfg: RolesConfig = RolesConfig()) -> Messages:
+def hint_prompt(source: str, cfg: RolesConfig = RolesConfig(), domain: str = "games") -> Messages:
     """The hint writer reads the source and works out the puzzle, how its answer is derived and the
-    form an action takes; the hint states the approach and the format, never the answer (SPADE)."""
+    form an action takes; the hint states the approach and the format, never the answer (SPADE). For a
+    tool-use task: which tools to use in which order and what to carry from one result to the next."""
+    _check_domain(domain)
+    if domain == "tool_use":
+        return [
+            {"role": "system", "content": TOOL_HINT_SYSTEM},
+            {"role": "user", "content": (
+                "Here is the code of a tool-use task:\n" + _code_block(source, cfg.hint_source_max_chars) + "\n\n"
+                "Read setup(), the tools and subgoals() and work out three things: what the task asks as the agent "
+                "sees it, which tools it needs in which order and what each result contributes to the next call, "
+                "and what the final <answer> must hold (a number, an id, a name, or done). Then write a hint of 1 "
+                f"to {cfg.max_hint_sentences} sentences, under {HINT_MAX_WORDS} words, that explains that plan and "
+                "warns of the trap (a distractor tool, an error to recover from, a required last step). Speak only "
+                "of what the agent sees, never of the code's variables. Never give the answer, concrete ids or "
+                "values, or any <tool_call> text. Reply with the hint only."
+            )},
+        ]
     return [
         {"role": "system", "content": HINT_SYSTEM},
         {"role": "user", "content": (
@@ -521,8 +592,9 @@ def hint_prompt(source: str, cfg: RolesConfig = RolesConfig()) -> Messages:
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 # "The answer is 42" leaks; "the answer is a single integer" names the format the prompt asks for.
 _FORMAT_WORDS = r"(?:a|an|always|written|given|entered|typed|formatted|expected|in)\b"
-_LEAK = re.compile(r"\\boxed|\bthe (?:final )?answer is\b(?!\s+" + _FORMAT_WORDS + r")|\banswer\s*:|\bsolution is\b"
-                   r"|\bsolution\s*:", re.IGNORECASE)
+# A tool call or an <answer> block in a hint is a literal action: dropped like a \boxed command.
+_LEAK = re.compile(r"\\boxed|<tool_call>|<answer>|\bthe (?:final )?answer is\b(?!\s+" + _FORMAT_WORDS + r")"
+                   r"|\banswer\s*:|\bsolution is\b|\bsolution\s*:", re.IGNORECASE)
 
 
 def _solution_tokens(solution: Any) -> list[str]:
@@ -579,10 +651,25 @@ def parse_hint(text: str, max_sentences: int = 3, solution: Any = None, max_word
 # ---------------------------------------------------------------------------------------------
 
 
-def agent_messages(observation: str, hint: str | None = None) -> Messages:
+# The agent's system turn for tool use (rollout.system_prompt None selects it when domain is tool_use).
+TOOL_AGENT_SYSTEM = (
+    "You solve tasks by calling tools. Each turn, think briefly, then call one or more tools, each written as "
+    "<tool_call>{\"name\": \"TOOL\", \"arguments\": {\"ARG\": VALUE}}</tool_call> with valid JSON; the results "
+    "come back in the next message. Use only the listed tools and their argument names. When the task is done, "
+    "reply with <answer>the final answer</answer> (<answer>done</answer> when no value is asked for)."
+)
+
+
+def agent_system(domain: str = "games") -> str:
+    """The agent's default system turn for a domain."""
+    _check_domain(domain)
+    return TOOL_AGENT_SYSTEM if domain == "tool_use" else AGENT_SYSTEM
+
+
+def agent_messages(observation: str, hint: str | None = None, domain: str = "games") -> Messages:
     """The agent's conversation at the first turn (hint appended in the hinted arm)."""
     return [
-        {"role": "system", "content": AGENT_SYSTEM},
+        {"role": "system", "content": agent_system(domain)},
         {"role": "user", "content": with_hint(observation, hint)},
     ]
 

@@ -33,6 +33,7 @@ from spade_jax.curriculum import (
 from spade_jax.curriculum.corpus import load_corpus
 from spade_jax.envs.api import extract_boxed
 from spade_jax.envs.backends import compile_env
+from spade_jax.envs.library import DOMAIN_SKILLS
 from spade_jax.envs.program import ProgramError
 from spade_jax.envs.validate import validate
 from spade_jax.evaluation.stats import wilson_interval
@@ -40,7 +41,6 @@ from spade_jax.rl.advantages import get_advantage_estimator
 from spade_jax.rl.batch import AGENT, DESIGNER
 from spade_jax.rl.collate import Sample
 from spade_jax.rollout import (
-    AGENT_SYSTEM,
     ENV_ERROR_KINDS,
     Generation,
     play_episodes,
@@ -112,8 +112,8 @@ class SelfPlay:
         self.archive, self.timer = archive, timer  # run.EnvArchive and run.PhaseTimer
         self.rng = np.random.default_rng(config.seed)
         rollout = config.rollout
-        if rollout.system_prompt is None:  # the agent's own prompt unless the config gives one
-            rollout = dataclasses.replace(rollout, system_prompt=AGENT_SYSTEM)
+        if rollout.system_prompt is None:  # the agent's own prompt (for the domain) unless the config gives one
+            rollout = dataclasses.replace(rollout, system_prompt=roles.agent_system(config.domain))
         self.rollout = rollout
         self.memory = EnvMemory.from_config(config.curriculum)
         self.corpus = load_corpus(config.corpus)
@@ -162,7 +162,7 @@ class SelfPlay:
         """
         cfg = self.cfg
         regen_index = self.iteration // cfg.regen_interval
-        skills = skills_for_regeneration(regen_index, cfg.curriculum.skills_per_regen)
+        skills = skills_for_regeneration(regen_index, cfg.curriculum.skills_per_regen, DOMAIN_SKILLS[cfg.domain])
         slot_skills = [skills[i % len(skills)] for i in range(cfg.pool_size)]
         pool: list = [None] * cfg.pool_size
         made = []  # (env, request, reply text) of every attempt, for the archive
@@ -192,6 +192,7 @@ class SelfPlay:
             roles.design_request(
                 self.rng, skill, self.corpus, self.memory if cfg.use_memory else None,
                 cfg=cfg.roles, positives=cfg.curriculum.positives, negatives=cfg.curriculum.negatives,
+                domain=cfg.domain,
             )
             for skill in skills
         ]
@@ -239,7 +240,8 @@ class SelfPlay:
         scored on what it first wrote (its sample is kept unchanged)."""
         if not envs:
             return
-        prompts = [self.policy.chat_tokens(roles.repair_prompt(e.source, e.errors, self.cfg.roles)) for e in envs]
+        prompts = [self.policy.chat_tokens(roles.repair_prompt(e.source, e.errors, self.cfg.roles, self.cfg.domain))
+                   for e in envs]
         with self._phase("designer"):
             result = self.policy.generate(prompts, self.cfg.designer_sampling, self._key("repair"))
         for env, text in zip(envs, result.texts):
@@ -257,7 +259,7 @@ class SelfPlay:
         from spade_jax.envs.library import library_programs
 
         valid = sum(e.valid for e in pool)
-        programs = library_programs()
+        programs = library_programs(domain=self.cfg.domain)
         order = self.rng.permutation(len(programs))
         for idx in order[: max(0, self.cfg.min_valid_envs - valid)]:
             program = programs[idx]
@@ -269,7 +271,7 @@ class SelfPlay:
         envs = [e for e in self.pool if e.valid]
         if not envs:
             return
-        prompts = [self.policy.chat_tokens(roles.hint_prompt(e.source, self.cfg.roles)) for e in envs]
+        prompts = [self.policy.chat_tokens(roles.hint_prompt(e.source, self.cfg.roles, self.cfg.domain)) for e in envs]
         result = self.policy.generate(prompts, self.cfg.hint_sampling, self._key("hint"))
         for env, text in zip(envs, result.texts):
             env.hint = roles.parse_hint(text, self.cfg.roles.max_hint_sentences) or None
@@ -571,7 +573,7 @@ class SelfPlay:
         metrics: dict[str, Any] = {}
         regen = cfg.mode == "selfplay" and self.iteration % cfg.regen_interval == 0
         if cfg.mode == "fixed_pool" and not self.pool:
-            self.pool = [self.check(e) for e in fixed_pool_envs(cfg.env_pool)]
+            self.pool = [self.check(e) for e in fixed_pool_envs(cfg.env_pool, cfg.domain)]
             for env in self.pool:
                 if not env.valid:
                     log.warning("env_pool: %s is invalid and left out: %s", env.env_id, "; ".join(env.errors))
@@ -659,13 +661,13 @@ class _BrokenEnv:
         raise self.error.with_traceback(None)
 
 
-def fixed_pool_envs(env_pool: str | None) -> list[PoolEnv]:
+def fixed_pool_envs(env_pool: str | None, domain: str = "games") -> list[PoolEnv]:
     """The fixed pool: every `*.py` program in a directory, the library programs named after
-    `library:` (comma-separated), or the whole library when none is given."""
+    `library:` (comma-separated), or the domain's whole library when none is given."""
     from spade_jax.envs.library import LIBRARY_POOL, library_pool_names, library_program, library_programs
 
     if not env_pool:
-        return [PoolEnv(f"lib-{p.name}", p.skill, "library", p.source, True) for p in library_programs()]
+        return [PoolEnv(f"lib-{p.name}", p.skill, "library", p.source, True) for p in library_programs(domain=domain)]
     if env_pool.startswith(LIBRARY_POOL):
         programs = [library_program(name) for name in library_pool_names(env_pool)]
         return [PoolEnv(f"lib-{p.name}", p.skill, "library", p.source, True) for p in programs]

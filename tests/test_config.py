@@ -230,3 +230,17 @@ def test_a_library_pool_names_library_programs_and_refuses_unknown_ones():
         load_config("fixed_pool", ["env_pool=library:knapsak"])
     with pytest.raises(ConfigError, match="names no library program"):
         load_config("fixed_pool", ["env_pool='library: ,'"])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["domain=robots"], "domain='robots' is not allowed; choose one of games, tool_use"),
+    (["domain=tool_use"], "domain=tool_use needs rollout.action=reply"),
+    (["domain=tool_use", "rollout.action=reply", "backend=jax"], "domain=tool_use needs backend=auto or sandbox"),
+])
+def test_tool_use_domain_knob_errors_are_one_line(overrides, message):
+    from spade_jax.config import load_config
+
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as info:
+        load_config("default", overrides)
+    assert "\n" not in str(info.value)
+    assert load_config("tool_use").domain == "tool_use"

@@ -146,3 +146,48 @@ def test_recipe_derived_numbers(name):
     # The reference's validation probes, no determinism or solution() replay.
     assert config.validation.probe_actions[:3] == ("\\boxed{1}", "\\boxed{test}", "\\boxed{42}")
     assert config.validation.determinism_seeds == () and config.validation.solution_seeds == ()
+
+
+# The tool-use recipe: cmd/tool_use/_train_spade_blend.sh (run by train_spade_8b.sh and train_spade_30b.sh); the
+# games settings above hold except for these.
+TOOL_USE_REFERENCE = {
+    "domain": "tool_use",  # --spade-game-type tool_use, the six tool-use --spade-skills
+    "regen_interval": 8,  # --spade-game-regeneration-interval 8, --spade-proposer-training-delay 8
+    "pool_size": 24,  # --spade-num-games-per-rollout 24, --rollout-batch-size 24
+    "group_size": 16,  # --spade-hint-plays-per-game 16
+    "global_batch": 192,  # --global-batch-size 192
+    "hint_sampling.temperature": 0.3,  # --spade-hint-temperature 0.3
+    "hint_sampling.max_new_tokens": 2048,  # --spade-hint-max-tokens 2048
+    "rollout.loss_on_truncated": False,  # --spade-compact-filter
+    "rl.kl_coef": 0.005,  # --kl-loss-coef 0.005, every size
+    "rl.kl_estimator": "k3",  # --kl-loss-type low_var_kl
+    "corpus.max_chars": 24000,  # --spade-corpus-max-doc-tokens 4000 (words, ~6 characters each)
+    # Ours: the environment reads the calls from the whole reply; our system turn states the call format
+    # (the reference renders the tools into Qwen's system turn); no \boxed{} request.
+    "rollout.action": "reply",
+    "rollout.tool_turns": True,  # apply_chat_template(tools=...), tool results as tool turns
+    "rollout.mask_malformed_tool_calls": True,  # SPARE_MASK_MALFORMED_TOOLCALL=1
+    "rollout.system_prompt": None,
+    "rollout.observation_suffix": "",
+    # --spade-use-env-validator asks an LLM whether the program is solvable; ours replays solution().
+    "validation.solution_seeds": (0, 1),
+}
+TOOL_USE_PER_MODEL = {
+    "qwen3_4b_tool_use": {"designer_sampling.max_new_tokens": 16384},  # the blend script's 30b value (no thinking)
+    "qwen3_8b_tool_use": {"designer_sampling.max_new_tokens": 20000},  # ENV_MAX_TOKENS (8b)
+    "qwen3_30b_a3b_tool_use": {"designer_sampling.max_new_tokens": 16384},  # ENV_MAX_TOKENS (30b)
+}
+
+
+@pytest.mark.parametrize("name", sorted(TOOL_USE_PER_MODEL))
+def test_tool_use_recipe_configs_hold_the_reference_settings(name):
+    config = load_config(name)
+    expected = {**REFERENCE, **TOOL_USE_REFERENCE, **TOOL_USE_PER_MODEL[name], **OURS_OFF}
+    drifted = {key: (_get(config, key), value) for key, value in expected.items()
+               if not _same(_get(config, key), value)}
+    assert not drifted, f"{name} drifted from the reference tool-use recipe (ours, reference): {drifted}"
+    # 192 agent samples / 24 designs x 8 = 64, capped at 50.
+    assert designer_scale(config.global_batch, config.pool_size, config.regen_interval,
+                          config.curriculum.max_designer_scale) == pytest.approx(50.0)
+    assert math.ceil(config.nohint_plays_total / config.pool_size) == 8
+    assert config.roles.doc_max_chars >= config.corpus.max_chars

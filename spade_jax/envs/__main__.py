@@ -121,7 +121,8 @@ def cmd_play(args) -> int:
         pool = SandboxPool(_sandbox_config(args))
     except SandboxUnavailable as exc:
         return _usage_error(str(exc))
-    print(f"Playing {class_name} from {args.file}. Type an action (plain text is sent as \\boxed{{...}}),")
+    print(f"Playing {class_name} from {args.file}. Type an action (plain text is sent as \\boxed{{...}}; a line with "
+          "<tool_call> or <answer> as it is),")
     print("':raw TEXT' to send TEXT unchanged, ':solution' for the program's plan, ':quit' to stop.")
     try:
         env = pool.load(source, class_name)
@@ -145,7 +146,9 @@ def cmd_play(args) -> int:
                     else:
                         print("(this environment has no solution() method)")
                     continue
-                action = line[5:] if line.startswith(":raw ") else (line if "\\boxed" in line else f"\\boxed{{{line}}}")
+                # A line that is already a reply (a \\boxed command, a tool call, an answer) is sent as it is.
+                whole = any(mark in line for mark in ("\\boxed", "<tool_call>", "<answer>"))
+                action = line[5:] if line.startswith(":raw ") else (line if whole else f"\\boxed{{{line}}}")
                 obs, reward, terminated, truncated, info = env.step(action)
                 print(
                     f"{obs}\n  reward {reward:g}"

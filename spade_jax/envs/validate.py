@@ -1,5 +1,6 @@
 """Validation of an environment program: static checks, then contract, determinism, turn-limit
-and solvability checks run in the sandbox, summed up in a structured, JSON-able Verdict."""
+and solvability checks run in the sandbox (with tool probes for a tool-use program), summed up in a
+structured, JSON-able Verdict."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from spade_jax.envs.api import episode_reward, extract_boxed
 from spade_jax.envs.backends import BACKEND_CHOICES, get_backend, select_backend
 from spade_jax.envs.backends.sandbox import EnvError, EnvTimeout, SandboxConfig, SandboxEnv, SandboxPool
 from spade_jax.envs.program import ProgramError, check_imports, find_env_class, parse_program
+from spade_jax.envs.tool_use import check_tool_specs, is_tool_use_program, probe_actions as tool_probe_actions
 
 __all__ = ["ValidationConfig", "Verdict", "CHECKS", "validate", "plan_to_actions"]
 
 # Every check, in the order run; a check after a failed one is skipped (ok None).
-CHECKS = ("syntax", "imports", "class", "load", "reset", "step", "episode_length", "determinism", "solution")
+# "tools" checks a tool-use program's declared tools (None for a game).
+CHECKS = ("syntax", "imports", "class", "load", "reset", "tools", "step", "episode_length", "determinism", "solution")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,10 +116,11 @@ class _Budget:
 
 
 def plan_to_actions(plan: str | list[str]) -> list[str]:
-    """solution()'s plan as agent texts: a list is one action per item; a str holding
-    \\boxed{...} commands is one action per box; any other str is one boxed action."""
+    """solution()'s plan as agent texts: a list is one action per item (a bare command is boxed; a
+    reply with a tool call or an <answer> is kept as it is); a str holding \\boxed{...} commands is one
+    action per box; any other str is one boxed action."""
     if isinstance(plan, list):
-        return [a if "\\boxed" in a else f"\\boxed{{{a}}}" for a in plan]
+        return [a if any(mark in a for mark in _REPLY_MARKS) else f"\\boxed{{{a}}}" for a in plan]
     boxes = []
     rest = plan
     while True:
@@ -128,6 +132,9 @@ def plan_to_actions(plan: str | list[str]) -> list[str]:
     if boxes:
         return boxes[::-1]
     return [f"\\boxed{{{plan.strip()}}}"]
+
+
+_REPLY_MARKS = ("\\boxed", "<tool_call>", "<answer>")  # a plan item holding one of these is a whole reply
 
 
 def _short(text: str, n: int = 60) -> str:
@@ -147,6 +154,22 @@ def _check_reward(reward: float, action: str, config: ValidationConfig) -> None:
             f"outside [-{config.reward_bound:g}, {config.reward_bound:g}]; "
             "use 1.0 for a win and 0.0 otherwise",
         )
+
+
+def _check_tool_probe(what: str, action: str, info: dict) -> None:
+    """A tool-use step must report malformed calls in info["malformed_tool_calls"] and serve every
+    tool it declares."""
+    malformed = info.get("malformed_tool_calls")
+    if not isinstance(malformed, list):
+        raise _Failed("step", f"step() on {what} returned info without a 'malformed_tool_calls' list; "
+                              "let ToolEnv.step handle replies")
+    if what in ("a call with broken JSON", "a call without a name", "an unclosed call") and not malformed:
+        raise _Failed("step", f"step() on {what} reported no malformed tool call; let ToolEnv.step handle replies")
+    if what.startswith("a call of ") and "without" not in what:
+        for error in info.get("tool_errors") or []:
+            if isinstance(error, dict) and str(error.get("error", "")).startswith("unknown tool"):
+                raise _Failed("tools", f"tool {error.get('name')!r} is declared in TOOLS but the class has no "
+                                       f"tool_{error.get('name')} method")
 
 
 def _call(check: str, budget: _Budget, fn, *args, **kwargs):
@@ -173,8 +196,8 @@ def _play(env: SandboxEnv, seed: int, actions: list[str], budget: _Budget, check
     return trace
 
 
-def _episode_actions(config: ValidationConfig, turns: int, offset: int = 0) -> list[str]:
-    short = [a for a in config.probe_actions if len(a) < 1000] or ["\\boxed{1}"]
+def _episode_actions(config: ValidationConfig, turns: int, offset: int = 0, probes: tuple[str, ...] = ()) -> list[str]:
+    short = [a for a in (*probes, *config.probe_actions) if len(a) < 1000] or ["\\boxed{1}"]
     return [short[(i + offset) % len(short)] for i in range(turns)]
 
 
@@ -214,12 +237,27 @@ def _run_checks(source: str, config: ValidationConfig, pool: SandboxPool, record
                 )
         record("reset", True, f"seeds {list(config.seeds)}")
 
+        # tools (tool-use programs): the declared tools, then tool-call probes in step.
+        tool_probes: list[tuple[str, str]] = []
+        if is_tool_use_program(tree):
+            _, info = _call("tools", budget, env.reset, seed=config.seeds[0])
+            problem = check_tool_specs(info.get("tools"))
+            if problem:
+                raise _Failed("tools", problem)
+            tool_probes = tool_probe_actions(info["tools"])
+            record("tools", True, ", ".join(spec["function"]["name"] for spec in info["tools"]))
+        else:
+            record("tools", None, "not a tool-use program")
+
         # step: each probe right after a reset.
-        for action in config.probe_actions:
+        for what, action in [*tool_probes, *((None, a) for a in config.probe_actions)]:
             _call("step", budget, env.reset, seed=config.seeds[0])
-            _, reward, _, _, _ = _call("step", budget, env.step, action)
+            _, reward, _, _, info = _call("step", budget, env.step, action)
             _check_reward(reward, action, config)
-        record("step", True, f"{len(config.probe_actions)} probe actions")
+            if what is not None:
+                _check_tool_probe(what, action, info)
+        record("step", True, f"{len(tool_probes) + len(config.probe_actions)} probe actions")
+        episode_probes = tuple(action for _, action in tool_probes)
 
         # episode_length: the declared turn limit holds.
         declared = _call("episode_length", budget, env.declared_turns)
@@ -231,7 +269,8 @@ def _run_checks(source: str, config: ValidationConfig, pool: SandboxPool, record
         limit = declared or config.max_turns
         facts["max_turns"] = limit
         for seed in config.seeds[:2]:
-            trace = _play(env, seed, _episode_actions(config, limit), budget, "episode_length", config)
+            trace = _play(env, seed, _episode_actions(config, limit, probes=episode_probes), budget,
+                          "episode_length", config)
             for entry in trace[1:]:
                 _check_reward(entry[1], "<episode>", config)
             last = trace[-1]
@@ -247,7 +286,7 @@ def _run_checks(source: str, config: ValidationConfig, pool: SandboxPool, record
         twin = _call("determinism", budget, env.clone)
         try:
             for k, seed in enumerate(config.determinism_seeds):
-                actions = _episode_actions(config, limit, offset=k)
+                actions = _episode_actions(config, limit, offset=k, probes=episode_probes)
                 first = _play(env, seed, actions, budget, "determinism", config)
                 second = _play(twin, seed, actions, budget, "determinism", config)
                 again = _play(env, seed, actions, budget, "determinism", config)

@@ -1,6 +1,14 @@
 """Held-out evaluation: offline GEM games and reasoning-gym tasks at fixed seeds, played through the
-training loop; success rates with Wilson intervals, model-backed policies, and duplicate flags."""
+training loop, and BFCL tool use (bfcl.py); success rates with Wilson intervals, model-backed policies,
+and duplicate flags."""
 
+from spade_jax.evaluation.bfcl import (
+    TOOL_SUITES,
+    ToolSuite,
+    evaluate_tools,
+    get_tool_suite,
+    load_category,
+)
 from spade_jax.evaluation.driver import (
     EpisodeResult,
     EvalReport,
@@ -21,7 +29,7 @@ from spade_jax.evaluation.environments import (
     first_observation,
     make_eval_env,
 )
-from spade_jax.evaluation.policies import Policy, model_policy, tokens_policy
+from spade_jax.evaluation.policies import Policy, model_completer, model_policy, tokens_policy
 from spade_jax.evaluation.stats import macro_interval, wilson_interval
 from spade_jax.evaluation.suites import SUITES, EvalSuite, EvalTask, get_suite
 
@@ -30,6 +38,7 @@ __all__ = [
     "FAMILY_THRESHOLD",
     "RG_ANSWER_INSTRUCTION",
     "SUITES",
+    "TOOL_SUITES",
     "DuplicateFlag",
     "EpisodeResult",
     "EvalReport",
@@ -37,14 +46,19 @@ __all__ = [
     "EvalTask",
     "Policy",
     "TaskResult",
+    "ToolSuite",
     "evaluate",
+    "evaluate_tools",
     "family_score",
     "family_words",
     "first_observation",
     "flag_duplicates",
     "get_suite",
+    "get_tool_suite",
+    "load_category",
     "macro_interval",
     "make_eval_env",
+    "model_completer",
     "model_policy",
     "similarity",
     "tokens_policy",

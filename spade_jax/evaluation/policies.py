@@ -39,12 +39,12 @@ def tokens_policy(
     return policy
 
 
-def model_policy(
+def model_completer(
     model: Any, tokenizer: Any, sampling_config: Any = None, *, mesh: Any = None, seed: int = 0,
-    reply_prefix: str = "",
-) -> Policy:
-    """Policy backed by spade_jax.sampling.Sampler on `model` (greedy, 256 new tokens unless
-    `sampling_config` says otherwise); each call draws a fresh key folded from `seed`."""
+) -> Callable[[list[str]], list[str]]:
+    """Prompt texts (already rendered by a chat template) -> one reply text each, through
+    spade_jax.sampling.Sampler on `model` (greedy, 256 new tokens unless `sampling_config` says otherwise);
+    each call draws a fresh key folded from `seed`."""
     import itertools
 
     import jax
@@ -59,19 +59,39 @@ def model_policy(
     # scores as an unreadable action: the episode ends unsolved instead of the run failing.
     room = model.spec.max_position - config.max_new_tokens
 
-    def policy(conversations: list[Messages]) -> list[str]:
-        forced = tokenizer.encode(reply_prefix, add_special_tokens=False) if reply_prefix else []
-        prompts = [_prompt_ids(tokenizer, messages) + forced for messages in conversations]
+    def complete_ids(prompts: list[list[int]]) -> list[str | None]:
+        """Replies from prompt ids; None for a prompt past the context."""
         fits = [i for i, p in enumerate(prompts) if len(p) <= room]
         if len(fits) < len(prompts):
             _log.warning("%d conversation(s) exceed the model's context; they get an empty reply",
                          len(prompts) - len(fits))
-        replies = [""] * len(prompts)
+        replies: list[str | None] = [None] * len(prompts)
         if fits:
             key = jax.random.fold_in(base_key, next(calls))
             result = sampler.generate([prompts[i] for i in fits], config, key=key)
             for i, text in zip(fits, result.texts):
-                replies[i] = reply_prefix + text
+                replies[i] = text
         return replies
+
+    def complete(prompts: list[str]) -> list[str]:
+        replies = complete_ids([list(tokenizer.encode(p, add_special_tokens=False)) for p in prompts])
+        return ["" if r is None else r for r in replies]
+
+    complete.ids = complete_ids  # the same completion from prompt ids (None past the context)
+    return complete
+
+
+def model_policy(
+    model: Any, tokenizer: Any, sampling_config: Any = None, *, mesh: Any = None, seed: int = 0,
+    reply_prefix: str = "",
+) -> Policy:
+    """Policy backed by spade_jax.sampling.Sampler on `model` (greedy, 256 new tokens unless
+    `sampling_config` says otherwise); each call draws a fresh key folded from `seed`."""
+    complete = model_completer(model, tokenizer, sampling_config, mesh=mesh, seed=seed)
+
+    def policy(conversations: list[Messages]) -> list[str]:
+        forced = tokenizer.encode(reply_prefix, add_special_tokens=False) if reply_prefix else []
+        prompts = [_prompt_ids(tokenizer, messages) + forced for messages in conversations]
+        return ["" if text is None else reply_prefix + text for text in complete.ids(prompts)]
 
     return policy

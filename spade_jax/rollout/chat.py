@@ -34,20 +34,36 @@ def _system_turn(system_prompt: str | None) -> list[dict]:
     return [{"role": "system", "content": system_prompt}] if system_prompt else []
 
 
-def _render(tokenizer: Tokenizer, messages, add_generation_prompt: bool) -> str:
+def _render(tokenizer: Tokenizer, messages, add_generation_prompt: bool, tools=None) -> str:
+    if tools:  # tool use: the template's tools= or the documented fallback (rollout/tool_chat.py)
+        from spade_jax.rollout.tool_chat import render_tool_chat
+
+        return render_tool_chat(tokenizer, messages, tools, add_generation_prompt=add_generation_prompt)
     return tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
 
 
-def _after_reply(tokenizer: Tokenizer, history: list[dict], reply: str, user_text: str) -> tuple[str, str, bool]:
-    """The template text after an assistant turn holding `reply`: (the text closing that turn, the
-    text the next user turn and reply header add, whether adding that turn left the earlier text as it was).
+def _after_reply(tokenizer: Tokenizer, history: list[dict], reply: str, user_text: str | Sequence[str], *,
+                 role: str = "user", tools=None) -> tuple[str, str, bool]:
+    """The template text after an assistant turn holding `reply`: (the text closing that turn, the text the
+    next `role` turn(s) and reply header add, whether adding them left the earlier text as it was).
     `reply` is located by its last occurrence, so a unique placeholder finds the reply's end even for
     short or empty replies (which may also occur inside the template's own text)."""
     placed = [*history, {"role": "assistant", "content": reply}]
-    through = _render(tokenizer, placed, False)
-    following = _render(tokenizer, [*placed, {"role": "user", "content": user_text}], True)
+    through = _render(tokenizer, placed, False, tools)
+    following = _render(tokenizer, [*placed, *_turns(role, user_text)], True, tools)
     tail = through[through.rfind(reply) + len(reply):]
-    return tail, following[len(through):], following.startswith(through)
+    appended = following.startswith(through)
+    if appended:
+        return tail, following[len(through):], True
+    # A template that re-renders the last assistant turn once another turn follows (Qwen3's thinking block):
+    # the new text is what follows that turn's closing text in the longer rendering.
+    after = following[following.rfind(reply) + len(reply):]
+    return tail, after[len(tail):] if after.startswith(tail) else following[len(through):], False
+
+
+def _turns(role: str, text: str | Sequence[str]) -> list[dict]:
+    """One turn per text: several tool results are several `tool` turns (the template may merge them)."""
+    return [{"role": role, "content": t} for t in ([text] if isinstance(text, str) else text)]
 
 
 def _without_eos(tail: str, eos_text: str) -> str:
@@ -62,28 +78,30 @@ class ChatStream:
     sampled); only the template text between turns is tokenized.
     """
 
-    def __init__(self, tokenizer: Tokenizer, system_prompt: str | None = None, reply_prefix: str = ""):
+    def __init__(self, tokenizer: Tokenizer, system_prompt: str | None = None, reply_prefix: str = "",
+                 tools=None):
         self.tokenizer = tokenizer
         self.messages: list[dict] = _system_turn(system_prompt)
         self.reply_prefix = reply_prefix
+        self.tools = list(tools) if tools else None  # function descriptions the agent may call (tool use)
         # Tokenized on its own, so every reply starts with the same ids whatever precedes them.
         self._prefix_ids = tokenizer.encode(reply_prefix, add_special_tokens=False) if reply_prefix else []
 
     def first_turn(self, user_text: str) -> list[int]:
         self.messages.append({"role": "user", "content": user_text})
-        rendered = _render(self.tokenizer, self.messages, True)
+        rendered = _render(self.tokenizer, self.messages, True, self.tools)
         return self.tokenizer.encode(rendered, add_special_tokens=False) + self._prefix_ids
 
-    def next_turn(self, reply_tokens: list[int], user_text: str) -> list[int]:
-        """Tokens that follow the agent's reply: the end of its turn, the user turn, the reply header
-        (and the forced reply prefix)."""
+    def next_turn(self, reply_tokens: list[int], user_text: str | Sequence[str], *, role: str = "user") -> list[int]:
+        """Tokens that follow the agent's reply: the end of its turn, the next turn (a user turn, or with
+        role "tool" one `tool` turn per result given), the reply header (and the forced reply prefix)."""
         ended_with_eos = bool(reply_tokens) and reply_tokens[-1] in self.tokenizer.eos_token_ids
         content = self.reply_prefix + self.tokenizer.decode(reply_tokens, skip_special_tokens=True)
         history = self.messages
-        tail, rest, _ = _after_reply(self.tokenizer, history, _PLACEHOLDER, user_text)
+        tail, rest, _ = _after_reply(self.tokenizer, history, _PLACEHOLDER, user_text, role=role, tools=self.tools)
         if ended_with_eos:
             tail = _without_eos(tail, self.tokenizer.decode(reply_tokens[-1:], skip_special_tokens=False))
-        self.messages = [*history, {"role": "assistant", "content": content}, {"role": "user", "content": user_text}]
+        self.messages = [*history, {"role": "assistant", "content": content}, *_turns(role, user_text)]
         return self.tokenizer.encode(tail + rest, add_special_tokens=False) + self._prefix_ids
 
 

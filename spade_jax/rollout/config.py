@@ -34,6 +34,12 @@ class RolloutConfig:
     observation_suffix: str = ""
     # SPADE: a reply cut by max_new_tokens (no EOS or stop string) ends the episode, truncated
     end_on_cut_reply: bool = False
+    # Tool use (the reference's rule): a reply holding a malformed <tool_call> block (rollout/tool_calls.py)
+    # gets loss mask 0, so the update neither rewards nor punishes text the environment could not read as a call
+    mask_malformed_tool_calls: bool = False
+    # Tool use in the model's chat format: the tools an env lists in reset's info["tools"] go through the chat
+    # template (tools=, or its fallback), and the observation after a reply that called tools is a `tool` turn
+    tool_turns: bool = False
 
     def __post_init__(self):
         positive(self.max_turns, "rollout.max_turns")

@@ -89,8 +89,10 @@ class DeviceRollout:
             raise ValueError("the device loop cannot apply stop_strings (host-side); use stop_token_ids")
         if rollout.reply_prefix:
             raise ValueError("the device loop reads whole replies; rollout.reply_prefix needs the host loop")
-        if rollout.observation_suffix or rollout.end_on_cut_reply:
-            raise ValueError("rollout.observation_suffix and rollout.end_on_cut_reply need the host loop")
+        if (rollout.observation_suffix or rollout.end_on_cut_reply or rollout.mask_malformed_tool_calls
+                or rollout.tool_turns):
+            raise ValueError("rollout.observation_suffix, end_on_cut_reply, mask_malformed_tool_calls and "
+                             "tool_turns need the host loop")
         self.env, self.model, self.tokenizer = env, model, tokenizer
         self.sampling, self.rollout = sampling, rollout
         self.compiler_options = compiler_options

@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 from spade_jax.rollout.actions import agent_action
 from spade_jax.rollout.chat import ChatStream, Tokenizer, with_hint
 from spade_jax.rollout.config import RolloutConfig
+from spade_jax.rollout.tool_calls import parse_tool_calls
 from spade_jax.rollout.trajectory import Trajectory, clip_to_context, end_on_env_error
 
 
@@ -70,10 +71,12 @@ def play_episodes(
             stream = ChatStream(tokenizer, config.system_prompt, config.reply_prefix)
             streams.append(stream)
             try:
-                obs, _info = future.result()
+                obs, info = future.result()
             except Exception as err:  # an environment crash ends its episode, not the run
                 end_on_env_error(traj, err, "reset", config)
                 continue
+            if config.tool_turns and isinstance(info, dict) and info.get("tools"):
+                stream.tools = list(info["tools"])  # rendered by the chat template (rollout/tool_chat.py)
             traj.observations.append(obs)
             prompt = stream.first_turn(format_observation(obs + config.observation_suffix, hints[i]))
             traj.tokens.extend(prompt)
@@ -92,10 +95,13 @@ def play_episodes(
             actions = []
             for i, reply in zip(live, replies):
                 traj = trajectories[i]
-                traj.tokens.extend(reply.tokens)
-                traj.loss_mask.extend([1] * len(reply.tokens))
-                traj.behaviour_logprobs.extend(reply.logprobs)
                 text = config.reply_prefix + tokenizer.decode(reply.tokens, skip_special_tokens=True)
+                masked = config.mask_malformed_tool_calls and not parse_tool_calls(text).well_formed
+                if masked:
+                    traj.meta["malformed_tool_calls"] = traj.meta.get("malformed_tool_calls", 0) + 1
+                traj.tokens.extend(reply.tokens)
+                traj.loss_mask.extend([0 if masked else 1] * len(reply.tokens))
+                traj.behaviour_logprobs.extend(reply.logprobs)
                 traj.actions.append(text)
                 actions.append(agent_action(text, config.action))
             if config.end_on_cut_reply:  # SPADE: an unfinished reply ends its episode unplayed
@@ -123,7 +129,10 @@ def play_episodes(
                 if terminated or truncated:
                     traj.terminated, traj.truncated = bool(terminated), bool(truncated) and not terminated
                     continue
-                follow = streams[i].next_turn(reply.tokens, format_observation(obs + config.observation_suffix, None))
+                # a reply that called tools hears back in a tool turn under rollout.tool_turns
+                role = "tool" if config.tool_turns and parse_tool_calls(traj.actions[-1]).calls else "user"
+                follow = streams[i].next_turn(reply.tokens, format_observation(obs + config.observation_suffix, None),
+                                              role=role)
                 traj.tokens.extend(follow)
                 traj.loss_mask.extend([0] * len(follow))
                 traj.behaviour_logprobs.extend([0.0] * len(follow))

@@ -1,5 +1,6 @@
-"""Hand-written environment programs: the designer's few-shot examples and the fixed-pool baseline's pool.
-Each program is one standalone file (standard library only) defining one `...Env` class; this module indexes them."""
+"""Hand-written environment programs: the designer's few-shot examples and the fixed-pool baseline's pool, for
+games (this folder) and tool use (tool_use/). Each program is one file (standard library only) defining one
+`...Env` class (a tool-use one extends the runtime's ToolEnv); this module indexes them by domain."""
 
 from __future__ import annotations
 
@@ -14,6 +15,19 @@ SKILLS = (
     "optimization",
     "causal inference",
 )
+
+# SPADE's tool-use skills (the reference's --spade-skills for --spade-game-type tool_use).
+TOOL_USE_SKILLS = (
+    "API orchestration",
+    "data retrieval",
+    "state modification",
+    "error recovery",
+    "tool selection",
+    "multi-step workflows",
+)
+
+# Each domain's skills; a run's `domain` picks one.
+DOMAIN_SKILLS = {"games": SKILLS, "tool_use": TOOL_USE_SKILLS}
 
 # (file stem, skill, class name); two programs per skill, in SKILLS order.
 _INDEX = (
@@ -31,19 +45,44 @@ _INDEX = (
     ("causal_chain", "causal inference", "CausalChainEnv"),
 )
 
+# The tool-use programs, in tool_use/: two per skill, in TOOL_USE_SKILLS order.
+_TOOL_USE_INDEX = (
+    ("travel_booking", "API orchestration", "TravelBookingEnv"),
+    ("invoice_payment", "API orchestration", "InvoicePaymentEnv"),
+    ("employee_directory", "data retrieval", "EmployeeDirectoryEnv"),
+    ("weather_stations", "data retrieval", "WeatherStationsEnv"),
+    ("inventory_update", "state modification", "InventoryUpdateEnv"),
+    ("calendar_reschedule", "state modification", "CalendarRescheduleEnv"),
+    ("flaky_payment", "error recovery", "FlakyPaymentEnv"),
+    ("archived_records", "error recovery", "ArchivedRecordsEnv"),
+    ("shop_assistant", "tool selection", "ShopAssistantEnv"),
+    ("library_desk", "tool selection", "LibraryDeskEnv"),
+    ("support_refund", "multi-step workflows", "SupportRefundEnv"),
+    ("employee_onboarding", "multi-step workflows", "EmployeeOnboardingEnv"),
+)
+_INDEXES = {"games": ("", _INDEX), "tool_use": ("tool_use", _TOOL_USE_INDEX)}
+
+
+def _check_domain(domain: str) -> None:
+    if domain not in DOMAIN_SKILLS:
+        raise ValueError(f"unknown domain {domain!r}; use one of {', '.join(DOMAIN_SKILLS)}")
+
 
 @dataclasses.dataclass(frozen=True)
 class LibraryProgram:
     """One hand-written environment program of the library."""
 
     name: str  # file stem, e.g. "grid_maze"; also the key for load_library_env
-    skill: str  # one of SKILLS
+    skill: str  # one of the domain's skills (SKILLS or TOOL_USE_SKILLS)
     path: Path  # the program file
     class_name: str  # the environment class the program defines
+    domain: str = "games"  # games or tool_use
 
     def __post_init__(self):
-        if self.skill not in SKILLS:
-            raise ValueError(f"unknown skill {self.skill!r}; use one of {', '.join(SKILLS)}")
+        _check_domain(self.domain)
+        skills = DOMAIN_SKILLS[self.domain]
+        if self.skill not in skills:
+            raise ValueError(f"unknown skill {self.skill!r}; use one of {', '.join(skills)}")
 
     @property
     def source(self) -> str:
@@ -56,23 +95,27 @@ def library_dir() -> Path:
     return Path(__file__).resolve().parent
 
 
-def library_programs(skill: str | None = None) -> list[LibraryProgram]:
-    """Every library program in a fixed order, or only those of one skill."""
-    if skill is not None and skill not in SKILLS:
-        raise ValueError(f"unknown skill {skill!r}; use one of {', '.join(SKILLS)}")
+def library_programs(skill: str | None = None, domain: str = "games") -> list[LibraryProgram]:
+    """Every library program of a domain in a fixed order, or only those of one skill."""
+    _check_domain(domain)
+    if skill is not None and skill not in DOMAIN_SKILLS[domain]:
+        raise ValueError(f"unknown skill {skill!r}; use one of {', '.join(DOMAIN_SKILLS[domain])}")
+    folder, index = _INDEXES[domain]
     return [
-        LibraryProgram(name=name, skill=program_skill, path=library_dir() / f"{name}.py", class_name=class_name)
-        for name, program_skill, class_name in _INDEX
+        LibraryProgram(name=name, skill=program_skill, path=library_dir() / folder / f"{name}.py",
+                       class_name=class_name, domain=domain)
+        for name, program_skill, class_name in index
         if skill is None or program_skill == skill
     ]
 
 
 def library_program(name: str) -> LibraryProgram:
-    """The library program called `name` (its file stem)."""
-    for program in library_programs():
+    """The library program called `name` (its file stem), of any domain."""
+    programs = [p for domain in DOMAIN_SKILLS for p in library_programs(domain=domain)]
+    for program in programs:
         if program.name == name:
             return program
-    names = ", ".join(program.name for program in library_programs())
+    names = ", ".join(program.name for program in programs)
     raise ValueError(f"no library environment named {name!r}; choose one of {names}")
 
 
@@ -88,8 +131,13 @@ def library_pool_names(env_pool: str) -> list[str]:
 
 
 def load_library_env(name: str):
-    """Executes the program in-process (trusted code) and returns a fresh, un-reset instance of its class."""
+    """Executes the program in-process (trusted code; a tool-use one on the ToolEnv runtime) and returns a
+    fresh, un-reset instance of its class."""
     program = library_program(name)
+    if program.domain == "tool_use":
+        from spade_jax.envs.tool_use import load_in_process
+
+        return load_in_process(program.source, program.class_name, f"spade_library_{program.name}")()
     namespace: dict = {"__name__": f"spade_library_{program.name}"}
     exec(compile(program.source, str(program.path), "exec"), namespace)
     return namespace[program.class_name]()

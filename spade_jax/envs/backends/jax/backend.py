@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from spade_jax.envs.backends.base import EnvBackend, NotAdmitted, Runnable, register_backend
+from spade_jax.envs.tool_use import is_tool_use_program
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +23,9 @@ class JaxBackend(EnvBackend):
     title = "JAX"
 
     def admit(self, source: str, class_name: str, *, pool=None) -> JaxRunnable:
+        if is_tool_use_program(source):
+            raise NotAdmitted("a tool-use program (ToolEnv) reads JSON tool calls, which the JAX subset has no "
+                              "form for; it runs in the sandbox")
         # Imported here: the transpiler pulls in gymnax and flax, and a broken one must leave the
         # sandbox working.
         try:

@@ -13,6 +13,7 @@ import time
 import weakref
 from typing import Any, Iterable
 
+from spade_jax.envs import tool_use
 from spade_jax.envs.backends.sandbox.config import SandboxConfig
 from spade_jax.envs.backends.sandbox.errors import EnvCrashed, EnvError, SandboxError, SandboxUnavailable
 from spade_jax.envs.backends.sandbox.isolation import (
@@ -203,7 +204,10 @@ class SandboxPool:
             )
         worker = self._take()
         try:
-            meta = worker.call({"op": "load", "source": source, "class_name": class_name}, timeout)
+            request = {"op": "load", "source": source, "class_name": class_name}
+            if tool_use.needs_runtime(source):
+                request["prelude"] = tool_use.runtime_units()
+            meta = worker.call(request, timeout)
         except BaseException:
             with self._lock:
                 self._busy.pop(worker, None)

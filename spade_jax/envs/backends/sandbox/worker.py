@@ -308,6 +308,10 @@ class Worker:
         module = types.ModuleType("env_program")
         module.__file__ = _PROGRAM_FILE
         sys.modules["env_program"] = module
+        # A runtime the program builds on (the tool-use base class and its parser) runs first, in the
+        # program's namespace, each part under its own file name so the program's line numbers stay its own.
+        for name, unit in request.get("prelude") or []:
+            exec(compile(unit, name, "exec"), module.__dict__)
         exec(code, module.__dict__)
         cls = module.__dict__.get(class_name)
         if not _isinstance(cls, type):
