@@ -233,8 +233,8 @@ def test_tiny_model_end_to_end_at_an_equal_budget(tmp_path, capsys):
     """Real runs of the random tiny model: each stops after its first iteration (a 6 ms budget), each seed
     in its own run directory with its own checkpoint; a rerun keeps every row and trains nothing."""
     out = tmp_path / "compare"
-    argv = ["--minutes", "0.0001", "--seeds", "0,1", "--arm-base", "tiny", "--suite", "quick", "--episodes", "1",
-            "--batch-size", "9", "--out", str(out), "tensorboard=false"]
+    argv = ["--minutes", "0.0001", "--seeds", "0,1", "--arm-base", "tiny", "--suite", "small", "--episodes", "1",
+            "--batch-size", "3", "--out", str(out), "tensorboard=false"]
     assert compare.main(argv) == 0
     for key in ("fixed_pool", "spade", "frozen_designer"):
         for seed in (0, 1):
@@ -244,7 +244,7 @@ def test_tiny_model_end_to_end_at_an_equal_budget(tmp_path, capsys):
     results = json.loads((out / "results.json").read_text())
     assert [a["iterations"] for a in results["arms"]] == [[0], [1, 1], [1, 1], [1, 1]]
     assert [a["seeds"] for a in results["arms"]] == [[0], [0, 1], [0, 1], [0, 1]]
-    assert all(a["episodes"] == 9 * len(a["seeds"]) for a in results["arms"])
+    assert all(a["episodes"] == 3 * len(a["seeds"]) for a in results["arms"])  # small: 3 one-turn tasks
     for name in ("learning_curves.png", "designer.png"):
         assert (out / name).read_bytes().startswith(PNG_SIGNATURE)
     capsys.readouterr()
