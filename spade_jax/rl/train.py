@@ -19,6 +19,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from spade_jax import mesh as mesh_lib
+from spade_jax.models.sharding import activation_mesh
 from spade_jax.rl.batch import ROLE_NAMES, TrainBatch
 from spade_jax.rl.config import RLConfig
 from spade_jax.rl.losses import grpo_loss, loss_normalisers, token_logprobs
@@ -249,10 +250,11 @@ class TrainStep:
         key = (tree, tuple((np.shape(x), np.dtype(x.dtype)) for x in leaves))
         compiled = self._compiled.get(key)
         if compiled is None:
-            if ref_params is None:
-                compiled = self.jitted.lower(state, batch).compile()
-            else:
-                compiled = self.jitted_ref.lower(state, batch, ref_params).compile()
+            with activation_mesh(self.mesh):  # the model's activation sharding constraints apply
+                if ref_params is None:
+                    compiled = self.jitted.lower(state, batch).compile()
+                else:
+                    compiled = self.jitted_ref.lower(state, batch, ref_params).compile()
             if self.verbose:
                 print(format_memory(compiled), file=sys.stderr, flush=True)
             self._compiled[key] = compiled
