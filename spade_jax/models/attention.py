@@ -122,16 +122,36 @@ def _splash(q_btkgd, k_bkds, v_bksd, mask: AttnMask):
     segments = jnp.pad(mask.valid_bs.astype(jnp.int32), ((0, 0), (0, grow)))
     interpret = jax.default_backend() != "tpu"
 
-    def run(window):
-        kernel = _splash_kernel(kvh * g, length, window, interpret)
-        per_row = lambda q1, k1, v1, s1: kernel(q1, k1, v1, segment_ids=sa.SegmentIds(q=s1, kv=s1))  # noqa: E731 (vmapped one-liner)
-        return jax.vmap(per_row)(q, k, v, segments)
+    def local(q, k, v, segments, sliding):
+        """The kernel over this device's rows and heads (all of them without a mesh)."""
 
-    if mask.window is None:
-        out = run(None)
-    elif mask.sliding is None:
-        out = run(mask.window)
+        def run(window):
+            kernel = _splash_kernel(q.shape[1], length, window, interpret)
+            per_row = lambda q1, k1, v1, s1: kernel(q1, k1, v1, segment_ids=sa.SegmentIds(q=s1, kv=s1))  # noqa: E731 (vmapped one-liner)
+            return jax.vmap(per_row)(q, k, v, segments)
+
+        if mask.window is None:
+            return run(None)
+        if sliding is None:
+            return run(mask.window)
+        return jax.lax.cond(sliding, lambda: run(mask.window), lambda: run(None))
+
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1:
+        out = local(q, k, v, segments, mask.sliding)
     else:
-        out = jax.lax.cond(mask.sliding, lambda: run(mask.window), lambda: run(None))
+        # A Pallas call does not partition itself: run it per shard, rows over the batch axes and heads
+        # over tensor where they divide (as models.sharding lays the activations out).
+        from jax.sharding import PartitionSpec as P
+
+        batch = tuple(a for a in ("data", "fsdp") if mesh.shape.get(a, 1) > 1)
+        batch = batch if batch and b % math.prod(mesh.shape[a] for a in batch) == 0 else None
+        tensor = mesh.shape.get("tensor", 1)
+        heads = "tensor" if tensor > 1 and kvh % tensor == 0 else None
+        rows, cols = P(batch, heads), P(batch)
+        sliding = jnp.asarray(False) if mask.sliding is None else mask.sliding
+        out = jax.shard_map(lambda q, k, v, s, w: local(q, k, v, s, None if mask.sliding is None else w),
+                            mesh=mesh, in_specs=(rows, rows, rows, cols, P()), out_specs=rows,
+                            check_vma=False)(q, k, v, segments, sliding)
     out = out[:, :, :t].astype(q_btkgd.dtype)  # [B, H, T, D]
     return out.transpose(0, 2, 1, 3).reshape(b, t, kvh, g, d)

@@ -2,6 +2,11 @@
 path, with causal masks, left padding, GQA, a sliding window and decoding over a KV cache; then whole models
 against transformers."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -162,3 +167,13 @@ def test_packed_prefill_sampling_is_the_same_with_dot_product():
         model.set_attention(name)
         tokens[name] = Sampler(model).generate(prompts, config, 0).tokens
     assert tokens["einsum"] == tokens["dot_product"]
+
+
+@pytest.mark.slow
+def test_splash_under_a_mesh_matches_einsum():
+    """shard_map runs the kernel per shard (rows over data/fsdp, heads over tensor) on 8 CPU devices."""
+    script = Path(__file__).with_name("splash_mesh_check.py")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(Path(__file__).parents[2])}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert done.stdout.count(" ok") == 2, done.stdout
