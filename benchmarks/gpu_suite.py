@@ -7,7 +7,8 @@
    the device's peak bf16 FLOP/s;
 4. the wall time of one self-play iteration (`experiments.run --config tiny`) at that scale.
 
-    python benchmarks/gpu_suite.py [--out DIR] [--dry-run] [--peak-hbm-gbs X] [--peak-tflops Y]
+    python benchmarks/gpu_suite.py [--out DIR] [--dry-run] [--attention einsum|dot_product|splash]
+        [--peak-hbm-gbs X] [--peak-tflops Y] [--skip attention,decode,train,selfplay]
 
 `--dry-run` runs every part with tiny shapes on whatever device there is (CPU included): what the quick
 test checks. Peaks of unknown device kinds are missing (the shares are then null) unless given.
@@ -62,19 +63,27 @@ def peaks(kind: str, hbm_gbs: float | None, tflops: float | None) -> tuple[float
     return (hbm if hbm_gbs is None else hbm_gbs * 1e9), (flops if tflops is None else tflops * 1e12)
 
 
-def attention_parity(dtype) -> dict:
-    """Largest |impl - einsum| of each implementation on random GQA inputs with left padding."""
+def attention_parity(dtype, decode: bool = False) -> dict:
+    """Largest |impl - einsum| of each implementation on random GQA inputs with left padding: a causal
+    self-attention of 256 tokens, or (`decode`) one new token over a 256-slot cache."""
     from spade_jax.models.attention import ATTENTION, AttnMask, attend
 
-    b, t, kvh, g, d = 2, 256, 2, 4, 128
+    b, s, kvh, g, d = 2, 256, 2, 4, 128
+    t = 1 if decode else s
     rng = np.random.default_rng(0)
     q = jnp.asarray(rng.normal(size=(b, t, kvh, g, d)), dtype)
-    k = jnp.asarray(rng.normal(size=(b, kvh, d, t)), dtype)
-    v = jnp.asarray(rng.normal(size=(b, kvh, t, d)), dtype)
-    valid = np.ones((b, t), bool)
+    k = jnp.asarray(rng.normal(size=(b, kvh, d, s)), dtype)
+    v = jnp.asarray(rng.normal(size=(b, kvh, s, d)), dtype)
+    valid = np.ones((b, s), bool)
     valid[1, :40] = False
-    causal = np.tril(np.ones((t, t), bool))
-    mask = AttnMask(jnp.asarray(causal[None] & valid[:, None]), jnp.asarray(valid), self_attention=True)
+    if decode:
+        valid[:, 200:] = False  # slots not written yet
+        keys = np.broadcast_to(valid[:, None], (b, 1, s))
+        valid_q = np.ones((b, 1), bool)
+    else:
+        keys = np.tril(np.ones((t, s), bool))[None] & valid[:, None]
+        valid_q = valid
+    mask = AttnMask(jnp.asarray(keys), jnp.asarray(valid), self_attention=not decode)
     outs = {}
     for impl in ATTENTION:
         try:
@@ -82,7 +91,8 @@ def attention_parity(dtype) -> dict:
         except Exception as err:  # a kernel this device lacks: say which, keep going
             outs[impl] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
     want = outs["einsum"]
-    return {impl: out if isinstance(out, str) else float(np.abs(out - want)[valid].max()) for impl, out in outs.items()}
+    return {impl: out if isinstance(out, str) else float(np.abs(out - want)[valid_q].max())
+            for impl, out in outs.items()}
 
 
 def _param_bytes(model) -> int:
@@ -98,6 +108,7 @@ def decode_roofline(cfg: dict, hbm: float | None) -> dict:
 
     spec = get_preset(cfg["model"])
     model = init_decoder(spec, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)
+    model.set_attention(cfg["attention"])
     rng = np.random.default_rng(0)
     prompts = [rng.integers(3, spec.vocab_size, cfg["prompt"]).tolist() for _ in range(cfg["decode_batch"])]
     sampler = Sampler(model)
@@ -120,7 +131,8 @@ def decode_roofline(cfg: dict, hbm: float | None) -> dict:
     filled = cfg["prompt"] + (cfg["new_short"] + cfg["new_long"]) / 2
     kv = 2 * spec.num_layers * cfg["decode_batch"] * spec.num_kv_heads * spec.head_dim * filled * 2
     achieved = (weights + kv) / step_s
-    return {"model": cfg["model"], "batch": cfg["decode_batch"], "step_ms": round(step_s * 1e3, 3),
+    return {"model": cfg["model"], "attention": cfg["attention"], "batch": cfg["decode_batch"],
+            "step_ms": round(step_s * 1e3, 3),
             "tokens_per_s": round(cfg["decode_batch"] / step_s, 1), "weight_bytes": weights,
             "kv_bytes_per_step": int(kv), "achieved_gbs": round(achieved / 1e9, 1),
             "peak_gbs": None if hbm is None else round(hbm / 1e9), "roofline_share":
@@ -146,6 +158,7 @@ def train_mfu(cfg: dict, flops_peak: float | None) -> dict:
     spec = get_preset(cfg["model"])
     model = init_decoder(spec, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)
     model.remat = True  # the run config's default
+    model.set_attention(cfg["attention"])
     step = make_train_step(model, RLConfig(), None, verbose=False)
     state = step.init(model)
     del model
@@ -158,7 +171,8 @@ def train_mfu(cfg: dict, flops_peak: float | None) -> dict:
         times.append(time.perf_counter() - t0)
     step_s = float(np.median(times[1:]))
     flops = train_flops(spec, cfg["train_rows"], cfg["train_length"])
-    return {"model": cfg["model"], "tokens": cfg["train_rows"] * cfg["train_length"], "step_s": round(step_s, 4),
+    return {"model": cfg["model"], "attention": cfg["attention"], "tokens": cfg["train_rows"] * cfg["train_length"],
+            "step_s": round(step_s, 4),
             "model_tflops": round(flops / 1e12, 2), "achieved_tflops": round(flops / step_s / 1e12, 2),
             "peak_tflops": None if flops_peak is None else round(flops_peak / 1e12),
             "mfu": None if flops_peak is None else round(flops / step_s / flops_peak, 3),
@@ -194,15 +208,17 @@ def main(argv=None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on any device (the CPU test)")
     parser.add_argument("--peak-hbm-gbs", type=float, default=None, help="override the device's HBM GB/s")
     parser.add_argument("--peak-tflops", type=float, default=None, help="override the device's bf16 TFLOP/s")
+    parser.add_argument("--attention", default="einsum", help="model.attention for the decode and train parts")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: attention,decode,train,selfplay")
     args = parser.parse_args(argv)
-    cfg = DRY if args.dry_run else FULL
+    cfg = dict(DRY if args.dry_run else FULL, attention=args.attention)
     os.makedirs(args.out, exist_ok=True)
     device = jax.devices()[0]
     hbm, flops = peaks(device.device_kind, args.peak_hbm_gbs, args.peak_tflops)
     report = {"device": f"{device.platform} {device.device_kind}", "jax": jax.__version__, "dry_run": args.dry_run}
     print(json.dumps(report), flush=True)
-    parts = {"attention": lambda: {str(jnp.dtype(dt)): attention_parity(dt) for dt in (jnp.float32, jnp.bfloat16)},
+    parts = {"attention": lambda: {f"{jnp.dtype(dt)}{' decode' if decode else ''}": attention_parity(dt, decode)
+                                   for dt in (jnp.float32, jnp.bfloat16) for decode in (False, True)},
              "decode": lambda: decode_roofline(cfg, hbm), "train": lambda: train_mfu(cfg, flops),
              "selfplay": lambda: selfplay_iteration(cfg, args.out)}
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}

@@ -21,15 +21,15 @@ def _suite():
 def test_dry_run_reports_every_figure(tmp_path):
     suite = _suite()
     assert suite.main(["--dry-run", "--skip", "selfplay", "--out", str(tmp_path), "--peak-hbm-gbs", "100",
-                       "--peak-tflops", "10"]) == 0
+                       "--peak-tflops", "10", "--attention", "dot_product"]) == 0
     report = json.loads((tmp_path / "gpu_suite.json").read_text())
     assert report["dry_run"] is True
-    for dtype, tol in (("float32", 1e-4), ("bfloat16", 0.1)):
+    for dtype, tol in (("float32", 1e-4), ("bfloat16", 0.1), ("float32 decode", 1e-4), ("bfloat16 decode", 0.1)):
         diffs = report["attention"][dtype]
         assert set(diffs) == {"einsum", "dot_product", "splash"}
         assert all(isinstance(d, float) and d <= tol for d in diffs.values()), diffs
     decode, train = report["decode"], report["train"]
-    assert decode["batch"] == 4 and decode["peak_gbs"] == 100
+    assert decode["batch"] == 4 and decode["peak_gbs"] == 100 and decode["attention"] == "dot_product"
     assert decode["weight_bytes"] > 0 and decode["kv_bytes_per_step"] > 0
     assert decode["roofline_share"] is not None
     assert train["loss_finite"] and train["peak_tflops"] == 10 and train["mfu"] is not None

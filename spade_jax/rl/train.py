@@ -6,6 +6,7 @@ write-back. A step whose loss, gradients or updates are not finite is skipped in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 from typing import Any
@@ -19,7 +20,6 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from spade_jax import mesh as mesh_lib
-from spade_jax.models.sharding import activation_mesh
 from spade_jax.rl.batch import ROLE_NAMES, TrainBatch
 from spade_jax.rl.config import RLConfig
 from spade_jax.rl.losses import grpo_loss, loss_normalisers, token_logprobs
@@ -250,7 +250,8 @@ class TrainStep:
         key = (tree, tuple((np.shape(x), np.dtype(x.dtype)) for x in leaves))
         compiled = self._compiled.get(key)
         if compiled is None:
-            with activation_mesh(self.mesh):  # the model's activation sharding constraints apply
+            # Traced under the mesh, the model's activation sharding constraints apply (models/sharding.py).
+            with contextlib.nullcontext() if self.mesh is None else jax.set_mesh(self.mesh):
                 if ref_params is None:
                     compiled = self.jitted.lower(state, batch).compile()
                 else:
