@@ -391,8 +391,8 @@ class Block(nnx.Module):
                 bias=spec.mlp_bias,
             )
 
-    def __call__(self, x, rope, mask_bts, layer_cache, packing=None):
-        attn_out, kv = self.attn(self.attn_norm(x), rope, mask_bts, layer_cache, packing)
+    def __call__(self, x, rope, mask: AttnMask, layer_cache, packing=None):
+        attn_out, kv = self.attn(self.attn_norm(x), rope, mask, layer_cache, packing)
         x = constrain(x + attn_out, BTE)
         return constrain(x + self.mlp(self.mlp_norm(x)).astype(x.dtype), BTE), kv
 

@@ -26,7 +26,6 @@ ACTIVATION_RULES: dict[str, str | tuple[str, ...] | None] = {
     "activation_head_dim": None,
     "activation_mlp": "tensor",  # SwiGLU width
     "activation_vocab": "tensor",  # logits
-    "activation_exp": "expert",  # MoE experts
 }
 
 RULES = {**mesh_lib.LOGICAL_RULES, **ACTIVATION_RULES}
