@@ -508,8 +508,9 @@ class Decoder(nnx.Module):
             rope = rope_tables(spec, positions_bt)
         # The lookup reads the table gathered over fsdp (as every fsdp weight is gathered for its use): its
         # gradient, rows over the batch axes, cannot reshard onto an fsdp-split width but reduce-scatters.
-        table = constrain(self.embed[...], ("vocab", None))
-        x = constrain(jnp.take(table, tokens_bt, axis=0).astype(self.dtype), BTE)
+        x = jnp.take(self.embed[...], tokens_bt, axis=0)
+        x = constrain(x, ("activation_lookup_batch", "activation_length", "embed"))
+        x = constrain(x.astype(self.dtype), BTE)
         if cache is None:
             q_slot = jnp.arange(t)
             key_valid_bs, k_slot = valid_bt, q_slot

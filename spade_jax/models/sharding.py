@@ -19,6 +19,7 @@ from spade_jax import mesh as mesh_lib
 # residual stream's width stays replicated over tensor (each tensor shard needs all of it).
 ACTIVATION_RULES: dict[str, str | tuple[str, ...] | None] = {
     "activation_batch": ("data", "fsdp"),  # rows of the batch (and of the KV cache)
+    "activation_lookup_batch": "data",  # rows of the embedding lookup, while the width is still fsdp-split
     "activation_length": None,  # sequence positions (no sequence parallelism)
     "activation_embed": None,  # residual-stream width
     "activation_heads": "tensor",  # query heads, and the flattened heads x head_dim before `o`
