@@ -1,7 +1,10 @@
 """Compiles the train step and the sampler under several meshes; reports memory and time per mesh.
 
 python -m experiments.ablate_sharding [--model tiny] [--meshes "data=8;fsdp=8;data=2,tensor=4"]
+    [--layers N] [--compile-only]
 On CPU, run with XLA_FLAGS=--xla_force_host_platform_device_count=8 to get 8 devices.
+`--compile-only` builds nothing but shapes (a preset's random-weight architecture, any size, e.g.
+`--model qwen3-0.6b --layers 2`) and reports the compiled step's per-device memory without running it.
 """
 
 from __future__ import annotations
@@ -37,6 +40,65 @@ def _batch(spec, rows: int, length: int, seed: int = 0):
     return collate(samples, length_multiple=length)
 
 
+def _mib(n: float) -> float:
+    return round(n / 2**20, 1)
+
+
+def state_bytes_per_device(state) -> int:
+    """Bytes of the train state (params + optimizer moments) that one device holds, from its shardings."""
+    import jax
+    import numpy as np
+
+    total = 0
+    for leaf in jax.tree.leaves(state):
+        shape = leaf.sharding.shard_shape(leaf.shape) if getattr(leaf, "sharding", None) is not None else leaf.shape
+        total += int(np.prod(shape)) * np.dtype(leaf.dtype).itemsize
+    return total
+
+
+def _compiled_memory(compiled) -> dict:
+    memory = compiled.memory_analysis()
+    if memory is None:
+        return {"train_peak_mib_per_device": None, "train_temp_mib_per_device": None}
+    peak = (memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
+            + memory.temp_size_in_bytes)
+    return {"train_peak_mib_per_device": _mib(peak), "train_temp_mib_per_device": _mib(memory.temp_size_in_bytes)}
+
+
+def measure_compiled(model_name: str, mesh_arg: str, *, rows: int, length: int, layers: int | None) -> dict:
+    """The train step of a preset's architecture compiled (never run) on the mesh, from shapes alone: per-device
+    state and compiled memory of models far larger than the host could hold replicated 8 times."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from spade_jax.mesh import make_mesh, parse_mesh_arg
+    from spade_jax.models.decoder import Decoder
+    from spade_jax.models.presets import get_preset
+    from spade_jax.models.sharding import activation_mesh
+    from spade_jax.rl.config import RLConfig
+    from spade_jax.rl.train import TrainState, make_train_step
+
+    spec = get_preset(model_name)
+    spec = spec if layers is None else spec.replace(num_layers=layers)
+    mesh = make_mesh(parse_mesh_arg(mesh_arg))
+    model = nnx.eval_shape(lambda: Decoder(spec, rngs=nnx.Rngs(0)))
+    step = make_train_step(model, RLConfig(), mesh, verbose=False)
+    params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.float32),
+                          nnx.to_pure_dict(nnx.state(model, nnx.Param)))
+    rng = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    state = jax.eval_shape(lambda p: TrainState(params=p, opt_state=step.optimizer.init(p),
+                                                step=jnp.zeros((), jnp.int32), rng=rng), params)
+    state = state.replace(rng=rng)
+    state = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), state, step.state_shardings)
+    placed = step.place_batch(_batch(spec, rows, length))
+    t0 = time.perf_counter()
+    with activation_mesh(mesh):
+        compiled = step.jitted.lower(state, placed).compile()
+    return {"mesh": mesh_arg, "devices": mesh.size, "train_compile_s": round(time.perf_counter() - t0, 2),
+            "state_mib_per_device": _mib(state_bytes_per_device(state)), **_compiled_memory(compiled)}
+
+
 def measure(model_name: str, mesh_arg: str, *, rows: int, length: int, new_tokens: int, steps: int) -> dict:
     import jax
     import numpy as np
@@ -56,11 +118,7 @@ def measure(model_name: str, mesh_arg: str, *, rows: int, length: int, new_token
     t0 = time.perf_counter()
     compiled = step.compile(state, placed)
     compile_s = time.perf_counter() - t0
-    memory = compiled.memory_analysis()
-    peak = None
-    if memory is not None:
-        peak = (memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
-                + memory.temp_size_in_bytes)
+    state_mib = _mib(state_bytes_per_device(state))
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -81,7 +139,8 @@ def measure(model_name: str, mesh_arg: str, *, rows: int, length: int, new_token
         "devices": mesh.size,
         "train_compile_s": round(compile_s, 2),
         "train_step_s": round(float(np.median(times)), 4),
-        "train_peak_mib_per_device": None if peak is None else round(peak / 2**20, 1),
+        "state_mib_per_device": state_mib,
+        **_compiled_memory(compiled),
         "sample_first_call_s": round(sample_first_s, 2),
         "sample_tokens_per_s": round(rows * new_tokens / sample_s, 1),
     }
@@ -95,8 +154,13 @@ def main(argv=None) -> int:
     parser.add_argument("--length", type=int, default=128, help="tokens per training sequence")
     parser.add_argument("--new-tokens", type=int, default=16, help="tokens sampled per row")
     parser.add_argument("--steps", type=int, default=3, help="timed train steps per mesh")
+    parser.add_argument("--layers", type=int, default=None, help="with --compile-only: this many decoder layers")
+    parser.add_argument("--compile-only", action="store_true",
+                        help="compile the train step from shapes (a preset's random architecture) and run nothing")
     parser.add_argument("--json", default=None, help="also write the results to this file")
     args = parser.parse_args(argv)
+    if args.layers is not None and not args.compile_only:
+        parser.error("--layers needs --compile-only")
 
     import jax
 
@@ -105,19 +169,30 @@ def main(argv=None) -> int:
     spec = PRESETS.get(args.model)
     meshes = args.meshes.split(";") if args.meshes else default_meshes(jax.device_count(), bool(spec and spec.is_moe))
     results = []
-    print(f"{jax.device_count()} {jax.devices()[0].platform} devices, model {args.model}", flush=True)
-    header = ("mesh", "compile s", "step s", "peak MiB/dev", "sample tok/s")
-    print("| " + " | ".join(header) + " |\n|" + "---|" * len(header), flush=True)
+    if args.compile_only and spec is None:
+        parser.error(f"--compile-only needs a preset name, got {args.model!r}")
+    layers = f", {args.layers} layers" if args.layers is not None else ""
+    print(f"{jax.device_count()} {jax.devices()[0].platform} devices, model {args.model}{layers}", flush=True)
+    columns = [("mesh", "mesh"), ("compile s", "train_compile_s")]
+    if not args.compile_only:
+        columns.append(("step s", "train_step_s"))
+    columns += [("params+opt MiB/dev", "state_mib_per_device"), ("temp MiB/dev", "train_temp_mib_per_device"),
+                ("peak MiB/dev", "train_peak_mib_per_device")]
+    if not args.compile_only:
+        columns.append(("sample tok/s", "sample_tokens_per_s"))
+    print("| " + " | ".join(c[0] for c in columns) + " |\n|" + "---|" * len(columns), flush=True)
     for mesh_arg in meshes:
         try:
-            r = measure(args.model, mesh_arg, rows=args.rows, length=args.length, new_tokens=args.new_tokens,
-                        steps=args.steps)
+            if args.compile_only:
+                r = measure_compiled(args.model, mesh_arg, rows=args.rows, length=args.length, layers=args.layers)
+            else:
+                r = measure(args.model, mesh_arg, rows=args.rows, length=args.length, new_tokens=args.new_tokens,
+                            steps=args.steps)
         except ValueError as err:
             print(f"| {mesh_arg} | skipped: {str(err).splitlines()[0]} |", flush=True)
             continue
         results.append(r)
-        print(f"| {r['mesh']} | {r['train_compile_s']} | {r['train_step_s']} | {r['train_peak_mib_per_device']} "
-              f"| {r['sample_tokens_per_s']} |", flush=True)
+        print("| " + " | ".join(str(r[key]) for _, key in columns) + " |", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -71,6 +71,7 @@ def _run_locked(config, run_dir) -> None:
     mesh = mesh if mesh.size > 1 else None
     loaded.model.remat = config.model.remat
     loaded.model.set_attn_chunk(config.model.attn_chunk)
+    loaded.model.set_attention(config.model.attention)
     sandbox = SandboxPool(config.sandbox)
     checkpoints = None
     try:

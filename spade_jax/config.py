@@ -26,6 +26,7 @@ from spade_jax.envs.validate import ValidationConfig
 from spade_jax.evaluation.suites import SUITES
 from spade_jax.knobs import ConfigError, choice, finite as _finite, in_range, positive
 from spade_jax.mesh import MeshConfig
+from spade_jax.models.attention import ATTENTION
 from spade_jax.rl.config import RLConfig
 from spade_jax.roles import DOMAINS, RolesConfig
 from spade_jax.rollout import RolloutConfig
@@ -259,9 +260,11 @@ class ModelConfig:
     param_dtype: str = "float32"  # stored params; the optimizer keeps f32 masters either way
     attn_chunk: int | None = 512  # attention query block: bounds prefill/training memory (null: off)
     remat: bool = True  # recompute each block in the backward pass (training memory ~ one block)
+    attention: str = "einsum"  # einsum | dot_product (cuDNN on GPU in bf16) | splash (TPU Pallas kernel)
 
     def __post_init__(self):
         choice(self.dtype, DTYPES, "model.dtype")
+        choice(self.attention, ATTENTION, "model.attention")
         choice(self.param_dtype, DTYPES, "model.param_dtype")
         if self.attn_chunk is not None:
             positive(self.attn_chunk, "model.attn_chunk")

@@ -15,12 +15,11 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spade_jax import kernels
+from spade_jax.models.attention import AttnMask, attend, check_attention
 from spade_jax.models.layers import param
 from spade_jax.models.moe import MoE
+from spade_jax.models.sharding import BTE, constrain
 from spade_jax.models.spec import ModelSpec
-
-_MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite, so fully padded rows stay NaN-free
-
 
 # Set while tracing code that reads weights rewritten by `pack_decode_weights`: holds the packed
 # output projection (or None when the vocabulary is not packable).
@@ -289,6 +288,7 @@ class Attention(nnx.Module):
         e, h, kvh, d = spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.head_dim
         self.spec, self.dtype = spec, dtype
         self.attn_chunk: int | None = 512  # query block of `attend`; the Decoder sets it
+        self.attention = "einsum"  # implementation of `attend` (models.attention.ATTENTION); the Decoder sets it
         self.q = param(rngs, (e, h, d), ("embed", "heads", "head_dim"), param_dtype)
         self.k = param(rngs, (e, kvh, d), ("embed", "kv_heads", "head_dim"), param_dtype)
         self.v = param(rngs, (e, kvh, d), ("embed", "kv_heads", "head_dim"), param_dtype)
@@ -303,12 +303,12 @@ class Attention(nnx.Module):
             self.q_norm = RMSNorm(d, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
             self.k_norm = RMSNorm(d, spec.rms_eps, param_dtype=param_dtype, rngs=rngs)
 
-    def __call__(self, x_bte, rope, mask_bts, layer_cache, packing: Packing | None = None):
+    def __call__(self, x_bte, rope, mask: AttnMask, layer_cache, packing: Packing | None = None):
         """Returns the attention output and the (possibly updated) cache arrays, or this call's k, v."""
         spec, dt = self.spec, self.dtype
-        q = _project_heads(x_bte, self.q[...].astype(dt))
-        k = _project_heads(x_bte, self.k[...].astype(dt))
-        v = _project_heads(x_bte, self.v[...].astype(dt))
+        q = constrain(_project_heads(x_bte, self.q[...].astype(dt)), _BTHD)
+        k = constrain(_project_heads(x_bte, self.k[...].astype(dt)), _BTKD)
+        v = constrain(_project_heads(x_bte, self.v[...].astype(dt)), _BTKD)
         if spec.qkv_bias:
             q = q + self.q_bias[...].astype(dt)
             k = k + self.k_bias[...].astype(dt)
@@ -330,47 +330,25 @@ class Attention(nnx.Module):
         b, t, h, d = q.shape
         kvh = k.shape[1]
         q = q.reshape(b, t, kvh, h // kvh, d)
-        out = attend(q, k.astype(dt), v.astype(dt), mask_bts, self.attn_chunk).reshape(b, t, h * d)
+        out = attend(self.attention, q, k.astype(dt), v.astype(dt), mask, self.attn_chunk).reshape(b, t, h * d)
         if packing is not None:
             out = packing.pack(out)
+        out = constrain(out, ("activation_batch", "activation_length", "activation_heads"))
         o = self.o[...].astype(dt)
         out = matmul(out, o.reshape(h * d, o.shape[-1]))  # the weight reshape is free
         if spec.o_bias:
             out = out + self.o_bias[...].astype(dt)
-        return out, (cache_k, cache_v)
+        return constrain(out, BTE), (cache_k, cache_v)
+
+
+_BTHD = ("activation_batch", "activation_length", "activation_heads", "activation_head_dim")
+_BTKD = ("activation_batch", "activation_length", "activation_kv_heads", "activation_head_dim")
 
 
 def _project_heads(x_bte, w_ehd):
     """[B, T, E] x [E, H, D] -> [B, T, H, D] as one 2-D matmul (reshaping row-major weights is free)."""
     e, h, d = w_ehd.shape
     return matmul(x_bte, w_ehd.reshape(e, h * d)).reshape(*x_bte.shape[:-1], h, d)
-
-
-def _attend_block(q_btkgd, k_bkds, v_bksd, mask_bts):
-    d = q_btkgd.shape[-1]
-    q_bkgtd = q_btkgd.transpose(0, 2, 3, 1, 4)
-    scores = jnp.einsum("bkgtd,bkds->bkgts", q_bkgtd, k_bkds, preferred_element_type=jnp.float32)
-    scores = scores / math.sqrt(d)
-    scores = jnp.where(mask_bts[:, None, None], scores, _MASKED)
-    probs = jax.nn.softmax(scores, axis=-1).astype(q_btkgd.dtype)
-    out = jnp.einsum("bkgts,bksd->bkgtd", probs, v_bksd, preferred_element_type=jnp.float32)
-    return out.astype(q_btkgd.dtype).transpose(0, 3, 1, 2, 4)
-
-
-def attend(q_btkgd, k_bkds, v_bksd, mask_bts, chunk: int | None = None):
-    """Softmax attention (GQA: k/v heads shared by g query heads), keys and values in the cache
-    layouts. Longer than `chunk`, the queries go in blocks whose scores are rematerialised in the
-    backward pass, so neither pass holds more than one block's [B, heads, chunk, S] scores (the
-    prefill of long prompts and training need it). Returns [B, T, KVH, G, D]."""
-    t = q_btkgd.shape[1]
-    if chunk is None or t <= chunk:
-        return _attend_block(q_btkgd, k_bkds, v_bksd, mask_bts)
-    block = jax.checkpoint(_attend_block)
-    outs = [
-        block(q_btkgd[:, s : s + chunk], k_bkds, v_bksd, mask_bts[:, s : s + chunk])
-        for s in range(0, t, chunk)
-    ]
-    return jnp.concatenate(outs, axis=1)
 
 
 class MLP(nnx.Module):
@@ -389,10 +367,11 @@ class MLP(nnx.Module):
         gate, up = matmul(x, self.gate[...].astype(dt)), matmul(x, self.up[...].astype(dt))
         if self.bias:
             gate, up = gate + self.gate_bias[...].astype(dt), up + self.up_bias[...].astype(dt)
-        out = matmul(jax.nn.silu(gate) * up, self.down[...].astype(dt))
+        inner = constrain(jax.nn.silu(gate) * up, ("activation_batch", "activation_length", "activation_mlp"))
+        out = matmul(inner, self.down[...].astype(dt))
         if self.bias:
             out = out + self.down_bias[...].astype(dt)
-        return out
+        return constrain(out, BTE)
 
 
 class Block(nnx.Module):
@@ -412,10 +391,10 @@ class Block(nnx.Module):
                 bias=spec.mlp_bias,
             )
 
-    def __call__(self, x, rope, mask_bts, layer_cache, packing=None):
-        attn_out, kv = self.attn(self.attn_norm(x), rope, mask_bts, layer_cache, packing)
-        x = x + attn_out
-        return x + self.mlp(self.mlp_norm(x)).astype(x.dtype), kv
+    def __call__(self, x, rope, mask: AttnMask, layer_cache, packing=None):
+        attn_out, kv = self.attn(self.attn_norm(x), rope, mask, layer_cache, packing)
+        x = constrain(x + attn_out, BTE)
+        return constrain(x + self.mlp(self.mlp_norm(x)).astype(x.dtype), BTE), kv
 
 
 def _stacked_blocks(spec: ModelSpec, *, dtype, param_dtype, rngs: nnx.Rngs) -> Block:
@@ -454,6 +433,7 @@ class Decoder(nnx.Module):
         scan_layers: bool = False,
         attn_chunk: int | None = 512,
         remat: bool = False,
+        attention: str = "einsum",
     ):
         if scan_layers and not spec.uniform_layers:
             raise ValueError(
@@ -481,6 +461,16 @@ class Decoder(nnx.Module):
                 rngs, (spec.hidden_size, spec.vocab_size), ("embed", "vocab"), param_dtype
             )
         self.set_attn_chunk(attn_chunk)
+        self.set_attention(attention)
+
+    def set_attention(self, name: str) -> None:
+        """Attention implementation, one of `models.attention.ATTENTION` (`model.attention` in the config):
+        einsum, dot_product (jax.nn.dot_product_attention; cuDNN on a GPU in 16-bit) or splash (the TPU
+        Pallas kernel, interpreted off TPU; cache-free calls only). Results agree to rounding."""
+        check_attention(name)
+        for _, module in nnx.iter_graph(self):
+            if isinstance(module, Attention):
+                module.attention = name
 
     def set_attn_chunk(self, chunk: int | None) -> None:
         """Query block size of attention (None: all queries at once); results do not depend on it."""
@@ -516,7 +506,11 @@ class Decoder(nnx.Module):
             valid_bt = jnp.ones((b, t), bool)
         if rope is None:
             rope = rope_tables(spec, positions_bt)
-        x = jnp.take(self.embed[...], tokens_bt, axis=0).astype(self.dtype)
+        # The lookup reads the table gathered over fsdp (as every fsdp weight is gathered for its use): its
+        # gradient, rows over the batch axes, cannot reshard onto an fsdp-split width but reduce-scatters.
+        x = jnp.take(self.embed[...], tokens_bt, axis=0)
+        x = constrain(x, ("activation_lookup_batch", "activation_length", "embed"))
+        x = constrain(x.astype(self.dtype), BTE)
         if cache is None:
             q_slot = jnp.arange(t)
             key_valid_bs, k_slot = valid_bt, q_slot
@@ -526,13 +520,14 @@ class Decoder(nnx.Module):
             k_slot = jnp.arange(cache.slots)
         causal_ts = k_slot[None, :] <= q_slot[:, None]
         mask_bts = causal_ts[None] & key_valid_bs[:, None, :]
-        window_mask_bts = None
+        mask = AttnMask(mask_bts, key_valid_bs, self_attention=cache is None)
+        window_mask = None
         if spec.sliding_layers:
             # HF's sliding window counts cache positions (slots), padding included.
             in_window_ts = k_slot[None, :] > q_slot[:, None] - spec.sliding_window
-            window_mask_bts = mask_bts & in_window_ts[None]
+            window_mask = mask.replace(dense_bts=mask_bts & in_window_ts[None], window=spec.sliding_window)
         blocks = self._scan_blocks if self.scan_layers else self._loop_blocks
-        x, cache = blocks(x, rope, mask_bts, window_mask_bts, cache, packing)
+        x, cache = blocks(x, rope, mask, window_mask, cache, packing)
         x = self.final_norm(x)
         if cache is None:
             return x, None
@@ -542,19 +537,19 @@ class Decoder(nnx.Module):
         """An empty cache in the layout this model's blocks read in place (see `KVCache`)."""
         return KVCache.create(self.spec, batch, slots, dtype, stacked=self.scan_layers)
 
-    def _loop_blocks(self, x, rope, mask_bts, window_mask_bts, cache, packing=None):
+    def _loop_blocks(self, x, rope, mask, window_mask, cache, packing=None):
         if cache is not None:
             keys, values = map(list, cache.per_layer())
         run = nnx.remat(_run_block) if self.remat and cache is None else _run_block
         for i, block in enumerate(self.layers):
-            mask = window_mask_bts if i in self.spec.sliding_layers else mask_bts
+            layer_mask = window_mask if i in self.spec.sliding_layers else mask
             layer_cache = None if cache is None else (keys[i], values[i], cache.index)
-            x, (k, v) = run(block, x, rope, mask, layer_cache, packing)
+            x, (k, v) = run(block, x, rope, layer_mask, layer_cache, packing)
             if cache is not None:
                 keys[i], values[i] = k, v
         return x, (None if cache is None else cache.with_layers(keys, values))
 
-    def _scan_blocks(self, x, rope, mask_bts, window_mask_bts, cache, packing=None):
+    def _scan_blocks(self, x, rope, mask, window_mask, cache, packing=None):
         graphdef, stacked = nnx.split(self.layers)
         sliding_l = jnp.array([i in self.spec.sliding_layers for i in range(self.spec.num_layers)])
         layer_kv = None
@@ -564,9 +559,9 @@ class Decoder(nnx.Module):
         def step(x, xs):
             layer_state, kv, sliding = xs
             block = nnx.merge(graphdef, layer_state)
-            mask = mask_bts if window_mask_bts is None else jnp.where(sliding, window_mask_bts, mask_bts)
+            layer_mask = mask if window_mask is None else mask.choose(sliding, window_mask)
             layer_cache = None if kv is None else (kv[0], kv[1], cache.index)
-            x, new_kv = block(x, rope, mask, layer_cache, packing)
+            x, new_kv = block(x, rope, layer_mask, layer_cache, packing)
             return x, (None if kv is None else new_kv)
 
         if self.remat and cache is None:
@@ -581,8 +576,10 @@ class Decoder(nnx.Module):
             return kernels.packed_matmul(hidden_bte.astype(jnp.float32), packed[0])
         if self.spec.tie_embeddings:
             w = self.embed[...].astype(self.dtype)
-            return jnp.einsum("bte,ve->btv", hidden_bte, w, preferred_element_type=jnp.float32)
-        return jnp.matmul(hidden_bte, self.lm_head[...].astype(self.dtype), preferred_element_type=jnp.float32)
+            logits = jnp.einsum("bte,ve->btv", hidden_bte, w, preferred_element_type=jnp.float32)
+        else:
+            logits = jnp.matmul(hidden_bte, self.lm_head[...].astype(self.dtype), preferred_element_type=jnp.float32)
+        return constrain(logits, ("activation_batch", "activation_length", "activation_vocab"))
 
     def __call__(self, tokens_bt, positions_bt, valid_bt=None, cache: KVCache | None = None, rope=None,
                  packing: Packing | None = None):

@@ -6,6 +6,7 @@ write-back. A step whose loss, gradients or updates are not finite is skipped in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 from typing import Any
@@ -249,10 +250,12 @@ class TrainStep:
         key = (tree, tuple((np.shape(x), np.dtype(x.dtype)) for x in leaves))
         compiled = self._compiled.get(key)
         if compiled is None:
-            if ref_params is None:
-                compiled = self.jitted.lower(state, batch).compile()
-            else:
-                compiled = self.jitted_ref.lower(state, batch, ref_params).compile()
+            # Traced under the mesh, the model's activation sharding constraints apply (models/sharding.py).
+            with contextlib.nullcontext() if self.mesh is None else jax.set_mesh(self.mesh):
+                if ref_params is None:
+                    compiled = self.jitted.lower(state, batch).compile()
+                else:
+                    compiled = self.jitted_ref.lower(state, batch, ref_params).compile()
             if self.verbose:
                 print(format_memory(compiled), file=sys.stderr, flush=True)
             self._compiled[key] = compiled

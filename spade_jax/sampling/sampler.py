@@ -24,6 +24,7 @@ import numpy as np
 from flax import nnx
 
 from spade_jax.models.decoder import KVCache, Packing, packed_weights, rope_tables
+from spade_jax.models.sharding import activation_mesh
 from spade_jax.sampling.choice import SamplingMode, choose, sampling_knobs
 from spade_jax.sampling.config import SamplingConfig, fit_bucket
 from spade_jax.sampling.packed import PACKED_WEIGHTS, cpu_kernel_applies
@@ -138,6 +139,18 @@ def _decode(graphdef, params, cache, logits_bv, last_pos_b, live_b, row_ids, key
 
 
 # Process-wide: every Sampler over models of the same structure shares the compiled programs.
+def _under_own_mesh(method):
+    """Runs a Sampler method under its mesh, so that the model's activation sharding constraints apply
+    while it traces (models.sharding)."""
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with activation_mesh(self.mesh):
+            return method(self, *args, **kwargs)
+
+    return run
+
+
 _PREFILL = jax.jit(_prefill, static_argnums=0, static_argnames=("slots", "cache_dtype", "cache_sharding"))
 _DECODE = jax.jit(_decode, static_argnums=0, static_argnames=("mode", "new_room", "packed"), donate_argnums=(2,))
 
@@ -238,6 +251,7 @@ class Sampler:
         """Whether `generate` with `config` decodes with `kernels.packed_matmul` (see `cpu_kernel`)."""
         return (self.mesh is None or self.mesh.size == 1) and cpu_kernel_applies(config, self.model)
 
+    @_under_own_mesh
     def generate(
         self, prompts: Sequence[Sequence[int]], config: SamplingConfig, key: jax.Array | int = 0
     ) -> GenerationResult:

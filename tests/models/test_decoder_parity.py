@@ -49,6 +49,22 @@ def test_logits_match_transformers_with_left_padding(checkpoints, family):
     assert np.abs(got - want)[valid].max() <= TOL
 
 
+@pytest.mark.parametrize("attention", ["dot_product", "splash"])
+@pytest.mark.parametrize("family", ["llama", "qwen3", "qwen2-sliding"])
+def test_attention_implementations_match_transformers(checkpoints, tmp_path, family, attention):
+    if family == "qwen2-sliding":
+        hf = hf_model("qwen2", seed=7, use_sliding_window=True, sliding_window=4, max_window_layers=1)
+        path = save_hf(hf, tmp_path)
+    else:
+        hf, path = checkpoints[family]
+    ours = load_hf(path)
+    ours.set_attention(attention)
+    tokens, positions, valid = left_padded_batch(ours.spec.vocab_size)
+    want = hf_logits(hf, tokens, valid)
+    got = _ours(ours, tokens, positions, valid)
+    assert np.abs(got - want)[valid].max() <= TOL
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen3_moe"])
 def test_scan_layers_matches_loop(checkpoints, family):
     _, path = checkpoints[family]
