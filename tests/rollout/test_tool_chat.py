@@ -192,3 +192,19 @@ def test_tool_turns_put_tools_in_the_template_and_results_in_tool_turns(qwen3, t
                              + "<|im_end|>")
     else:
         assert "# Tools" not in text and "<tool_response>" not in text
+
+
+def test_a_tiny_qwen3_checkpoint_ships_the_tokenizer_and_renders_tools_as_transformers(tmp_path):
+    from transformers import AutoTokenizer
+
+    from spade_jax.models.registry import load_model
+    from tests.models.hf_tiny import hf_model, save_hf
+
+    directory = save_hf(hf_model("qwen3", vocab_size=512), tmp_path / "tiny-qwen3")
+    build_qwen3_tokenizer_dir(directory)
+    loaded = load_model(str(directory))
+    reference = AutoTokenizer.from_pretrained(str(directory))
+    messages = _conversation()
+    assert render_tool_chat(loaded.tokenizer, messages, TOOLS) == reference.apply_chat_template(
+        messages, tools=[tool_schema(t) for t in TOOLS], tokenize=False, add_generation_prompt=True)
+    assert loaded.tokenizer.eos_token_ids[0] == reference.convert_tokens_to_ids("<|im_end|>")
