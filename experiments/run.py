@@ -36,8 +36,14 @@ def run(config, out: Path, *, resume: bool = False, config_name: str | None = No
 
     The directory is held with a lock for the whole run; a fresh run refuses a directory that already
     holds a run, and a start that fails before its first iteration removes the directory it created.
+    With `mesh.distributed` every process of the run calls it; process 0 alone writes `out`.
     """
     from spade_jax.run import RunDir
+
+    if config.mesh.distributed:
+        from spade_jax import distributed
+
+        distributed.initialize()  # first: which process leads decides who writes the run directory
 
     with RunDir(out, resume=resume, config_name=config_name, overrides=overrides) as run_dir:
         _run_locked(config, run_dir)
@@ -45,24 +51,23 @@ def run(config, out: Path, *, resume: bool = False, config_name: str | None = No
 
 
 def _run_locked(config, run_dir) -> None:
-    import jax  # heavy imports after argument errors are reported
-    import jax.numpy as jnp
+    import jax.numpy as jnp  # heavy imports after argument errors are reported
 
+    from spade_jax import distributed
     from spade_jax.config import to_dict
     from spade_jax.envs.backends.sandbox import SandboxPool
     from spade_jax.mesh import make_mesh
     from spade_jax.models.registry import load_model
     from spade_jax.policy import Learner, Policy
-    from spade_jax.run import PhaseTimer, RunLogger, setup_logging
+    from spade_jax.run import FollowerLogger, PhaseTimer, RunLogger, setup_logging
     from spade_jax.run.budget import TRAIN_SECONDS, Budget, spent_seconds
     from spade_jax.run.checkpoint import Checkpointer
     from spade_jax.selfplay import SelfPlay
 
     out, resume = run_dir.out, run_dir.resume
-    if config.mesh.distributed:
-        jax.distributed.initialize()
+    leader = distributed.is_leader()  # in a multi-process run only process 0 writes files and runs programs
     mesh = make_mesh(config.mesh)
-    setup_logging(out)
+    setup_logging(out if leader else None)
     dtypes = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
     loaded = load_model(
         config.model.name, dtype=dtypes[config.model.dtype], param_dtype=dtypes[config.model.param_dtype],
@@ -72,7 +77,7 @@ def _run_locked(config, run_dir) -> None:
     loaded.model.remat = config.model.remat
     loaded.model.set_attn_chunk(config.model.attn_chunk)
     loaded.model.set_attention(config.model.attention)
-    sandbox = SandboxPool(config.sandbox)
+    sandbox = SandboxPool(config.sandbox) if leader else None
     checkpoints = None
     try:
         policy = Policy(loaded.model, loaded.tokenizer, mesh=mesh)
@@ -95,7 +100,7 @@ def _run_locked(config, run_dir) -> None:
         logger = RunLogger(
             out, to_dict(config), tensorboard=config.tensorboard, progress=config.progress,
             total_iterations=config.iterations, start_iteration=start,
-        )
+        ) if leader else FollowerLogger()
         run_dir.record_resume()  # config.yaml now holds the resumed config
         selfplay = SelfPlay(config, policy, learner, logger.envs, PhaseTimer())
         if trainer_state is not None:
@@ -125,7 +130,8 @@ def _run_locked(config, run_dir) -> None:
             if checkpoints is not None:
                 checkpoints.close()  # an asynchronous save in flight lands, with its digest
         finally:
-            sandbox.close()
+            if sandbox is not None:
+                sandbox.close()
 
 
 def evaluate_agent(config, loaded, mesh) -> dict:

@@ -98,8 +98,10 @@ def parse_mesh_arg(text: str) -> MeshConfig:
 def make_mesh(cfg: MeshConfig | None = None, devices: Sequence[jax.Device] | None = None) -> Mesh:
     """A mesh over `devices` (default: all devices, after jax.distributed.initialize() if configured)."""
     cfg = cfg or MeshConfig()
-    if cfg.distributed and devices is None and not jax.distributed.is_initialized():
-        jax.distributed.initialize()
+    if cfg.distributed and devices is None:
+        from spade_jax import distributed
+
+        distributed.initialize()
     devices = list(jax.devices() if devices is None else devices)
     sizes = cfg.resolve(len(devices))
     auto = (jax.sharding.AxisType.Auto,) * len(MESH_AXES)

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spade_jax import roles
+from spade_jax import distributed, roles
 from spade_jax.curriculum import (
     DESIGNER_SCORES,
     EnvMemory,
@@ -111,6 +111,9 @@ class SelfPlay:
         self.cfg, self.policy, self.learner = config, policy, learner
         self.archive, self.timer = archive, timer  # run.EnvArchive and run.PhaseTimer
         self.rng = np.random.default_rng(config.seed)
+        if config.play_loop == "device" and distributed.process_count() > 1:
+            raise ValueError("play_loop=device is single-process only for now; use play_loop=host with "
+                             "mesh.distributed")
         rollout = config.rollout
         if rollout.system_prompt is None:  # the agent's own prompt (for the domain) unless the config gives one
             rollout = dataclasses.replace(rollout, system_prompt=roles.agent_system(config.domain))
@@ -222,7 +225,10 @@ class SelfPlay:
     def check(self, env: PoolEnv) -> PoolEnv:
         """Validates the program, then picks its backend (`config.backend`; auto: the first that admits
         the program, e.g. JAX where it fits and matches the program step for step, else the sandbox)
-        and records both."""
+        and records both. In a multi-process run the leader checks and every process gets its verdict."""
+        return distributed.leader_only(lambda: self._check(env))
+
+    def _check(self, env: PoolEnv) -> PoolEnv:
         if not env.source:
             env.valid, env.errors = False, ["no Python code block found in the designer's reply"]
             return env
@@ -296,6 +302,9 @@ class SelfPlay:
             chunk = jobs[start : start + cfg.max_parallel_episodes]
             instances = []
             for env, _, _ in chunk:
+                if not distributed.is_leader():  # the leader runs every environment (rollout.play_episodes)
+                    instances.append(None)
+                    continue
                 try:
                     instances.append(self.compiled(env).make())
                 except (ProgramError, ValueError, RuntimeError, OSError) as err:
@@ -593,7 +602,7 @@ class SelfPlay:
             metrics["designer/programs"] = len(pool)
             self.pool = self.fill_from_library(pool) + self.replay_envs()
             with self._phase("validation"):  # top-ups and replays get their backend here, not mid-play
-                for env in self.pool:
+                for env in self.pool if distributed.is_leader() else ():
                     try:
                         self.compiled(env)
                     except (ProgramError, ValueError, RuntimeError, OSError):

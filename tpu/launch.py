@@ -27,6 +27,9 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REMOTE_DIR = "spade-jax"  # project directory in each worker's home
+# The run directory's parent on a pod: a filesystem mounted at the same path on every worker
+# (Filestore NFS, or a gcsfuse mount of a gs:// bucket); see tpu/README.md, "Run directory".
+DEFAULT_SHARED_DIR = "/mnt/spade-runs"
 APT_PACKAGES = ("python3-pip", "build-essential", "git", "bubblewrap")  # bubblewrap: env sandbox
 
 
@@ -146,7 +149,9 @@ def _log_path(args: argparse.Namespace) -> str:
 
 
 def run_commands(args: argparse.Namespace) -> list[list[str]]:
-    out = args.out or f"runs/{Path(args.config).stem}-{args.name}"
+    # The run directory must be the same folder on every worker: orbax writes each host's shards
+    # into it and process 0 writes everything else (see tpu/README.md, "Run directory").
+    out = args.out or f"{args.shared_dir.rstrip('/')}/{Path(args.config).stem}-{args.name}"
     run = [".venv/bin/python", "-m", "experiments.run", "--config", args.config, "--out", out]
     if args.resume:
         run.append("--resume")
@@ -163,6 +168,77 @@ def run_commands(args: argparse.Namespace) -> list[list[str]]:
         remote = (f"{prefix}nohup {run_text} > {_log_path(args)} 2>&1 < /dev/null & "
                   f"echo $! > logs/{args.name}-$(hostname).pid")
     return [_ssh_all(args, remote)]
+
+
+def local_commands(args: argparse.Namespace) -> list[list[str]]:
+    """One `experiments.run` per process on this machine, joined by jax.distributed on localhost."""
+    out = args.out or f"runs/{Path(args.config).stem}-local{args.processes}"
+    run = [sys.executable, "-m", "experiments.run", "--config", args.config, "--out", out]
+    if args.resume:
+        run.append("--resume")
+    return [run + ["mesh.distributed=true", *args.overrides]]
+
+
+def local_env(args: argparse.Namespace, process_id: int) -> dict[str, str]:
+    """The environment of local process `process_id`: the coordinator, its id, its CPU devices."""
+    env = dict(os.environ)
+    for item in args.env:
+        key, value = item.split("=", 1)
+        env[key] = value
+    env.update({"JAX_COORDINATOR_ADDRESS": f"localhost:{args.port}", "SPADE_NUM_PROCESSES": str(args.processes),
+                "SPADE_PROCESS_ID": str(process_id)})
+    if args.platform == "cpu":
+        flags = [f for f in env.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
+        env["XLA_FLAGS"] = " ".join([*flags, f"--xla_force_host_platform_device_count={args.devices}"])
+        env["JAX_PLATFORMS"] = "cpu"
+    root = str(REPO_ROOT)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def run_local(args: argparse.Namespace, cmd: list[str]) -> int:
+    """Starts the processes, process 0 on this terminal and the others into --log-dir; waits for all.
+    When one fails the others are stopped (they would wait for it forever in the next collective)."""
+    log_dir = Path(args.log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    procs, logs = [], []
+    try:
+        for pid in range(args.processes):
+            if pid == 0:
+                stream = None
+            else:
+                stream = open(log_dir / f"local-proc{pid}.log", "w")
+                logs.append(stream)
+            procs.append(subprocess.Popen(cmd, env=local_env(args, pid), cwd=os.getcwd(), stdout=stream,
+                                          stderr=subprocess.STDOUT if stream else None))
+        codes: dict[int, int] = {}
+        while len(codes) < len(procs):
+            for i, proc in enumerate(procs):
+                if i not in codes and proc.poll() is not None:
+                    codes[i] = proc.returncode
+                    if proc.returncode != 0:
+                        for other in procs:
+                            if other.poll() is None:
+                                other.terminate()
+            if len(codes) < len(procs):
+                try:
+                    procs[next(i for i in range(len(procs)) if i not in codes)].wait(timeout=0.5)
+                except subprocess.TimeoutExpired:
+                    pass
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for stream in logs:
+            stream.close()
+    failed = {i: c for i, c in codes.items() if c != 0}
+    if failed:
+        first = min(failed)
+        where = "above" if first == 0 else str(log_dir / f"local-proc{first}.log")
+        print(f"error: process {first} exited with status {failed[first]} (its output: {where})", file=sys.stderr)
+        return failed[first]
+    return 0
 
 
 def logs_commands(args: argparse.Namespace) -> list[list[str]]:
@@ -182,6 +258,7 @@ SUBCOMMANDS = {
     "create": (create_commands, "create the TPU VM or pod slice"),
     "install": (install_commands, "copy the project to every worker and pip install it"),
     "run": (run_commands, "start python -m experiments.run on every worker (jax.distributed)"),
+    "local": (local_commands, "run N processes of experiments.run on this machine, joined by jax.distributed"),
     "logs": (logs_commands, "print the end of each worker's run log"),
     "stop": (stop_commands, "stop the run started by `run` on every worker"),
     "delete": (delete_commands, "delete the TPU VM or pod slice"),
@@ -232,7 +309,25 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--foreground", action="store_true", help="stream output instead of detaching")
     run.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                      help="environment variable for the run (repeatable)")
+    run.add_argument("--shared-dir", default=os.environ.get("TPU_SHARED_DIR", DEFAULT_SHARED_DIR),
+                     help="shared filesystem mounted on every worker; --out defaults to a folder in it "
+                          f"(env TPU_SHARED_DIR; default {DEFAULT_SHARED_DIR})")
     run.add_argument("overrides", nargs="*", help="key=value config overrides")
+
+    local = parsers["local"]
+    local.add_argument("--processes", type=int, default=2, help="processes to start (default 2)")
+    local.add_argument("--devices", type=int, default=4, help="CPU devices per process (default 4)")
+    local.add_argument("--platform", choices=("cpu", "native"), default="cpu",
+                       help="cpu: force CPU devices (default); native: JAX's own platform choice")
+    local.add_argument("--port", type=int, default=int(os.environ.get("SPADE_COORDINATOR_PORT", 12355)),
+                       help="coordinator port on localhost (env SPADE_COORDINATOR_PORT; default 12355)")
+    local.add_argument("--log-dir", default="logs", help="where processes 1.. write their output (default logs/)")
+    local.add_argument("--config", default="tiny", help="spade_jax/configs name or YAML path (default tiny)")
+    local.add_argument("--out", help="run directory (default: runs/<config>-local<N>)")
+    local.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    local.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                       help="environment variable for the processes (repeatable)")
+    local.add_argument("overrides", nargs="*", help="key=value config overrides")
 
     logs = parsers["logs"]
     logs.add_argument("--lines", type=int, default=40, help="lines per worker")
@@ -240,6 +335,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _validate(args: argparse.Namespace) -> None:
+    if args.subcommand == "local":
+        if args.processes < 1 or args.devices < 1:
+            raise ValueError("--processes and --devices must be >= 1")
+        if not 0 < args.port < 65536:
+            raise ValueError(f"--port {args.port} is not a TCP port (1-65535)")
+        for item in args.overrides:
+            if "=" not in item:
+                raise ValueError(f"override {item!r} must look like key=value")
+        for item in args.env:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", item):
+                raise ValueError(f"--env {item!r} must look like KEY=VALUE")
+        return
     if not args.name:
         raise ValueError("--name is required (or set TPU_NAME)")
     if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", args.name):
@@ -263,6 +370,9 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 def describe(args: argparse.Namespace) -> str:
+    if args.subcommand == "local":
+        return (f"# local: {args.processes} processes x {args.devices} {args.platform} devices, "
+                f"coordinator localhost:{args.port}")
     if args.subcommand != "create":
         return f"# {args.subcommand} on TPU {args.name} ({args.zone})"
     family, chips, hosts = parse_accelerator(args.accelerator_type)
@@ -281,8 +391,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(describe(args))
         for cmd in commands:
-            print(shlex.join(cmd))
+            if args.subcommand == "local":
+                for pid in range(args.processes):
+                    env = local_env(args, pid)
+                    keys = ("JAX_COORDINATOR_ADDRESS", "SPADE_NUM_PROCESSES", "SPADE_PROCESS_ID", "XLA_FLAGS")
+                    print(shlex.join(["env", *(f"{k}={env[k]}" for k in keys if k in env), *cmd]))
+            else:
+                print(shlex.join(cmd))
         return 0
+    if args.subcommand == "local":
+        return run_local(args, commands[0])
     if shutil.which("gcloud") is None:
         print("error: gcloud not found on PATH; install the Google Cloud CLI "
               "(https://cloud.google.com/sdk/docs/install) or use --dry-run", file=sys.stderr)

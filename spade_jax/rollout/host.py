@@ -8,6 +8,7 @@ import dataclasses
 import math
 from typing import Any, Callable, Sequence
 
+from spade_jax import distributed
 from spade_jax.rollout.actions import agent_action
 from spade_jax.rollout.chat import ChatStream, Tokenizer, with_hint
 from spade_jax.rollout.config import RolloutConfig
@@ -28,7 +29,14 @@ GenerateFn = Callable[[list[list[int]]], list[Generation]]
 
 
 def _step_all(executor, envs, actions):
-    futures = [executor.submit(env.step, action) for env, action in zip(envs, actions)]
+    return _results([executor.submit(env.step, action) for env, action in zip(envs, actions)])
+
+
+def _reset_all(executor, envs, seeds):
+    return _results([executor.submit(env.reset, seed) for env, seed in zip(envs, seeds)])
+
+
+def _results(futures):
     results = []
     for future in futures:
         try:
@@ -53,6 +61,9 @@ def play_episodes(
 
     An env whose reset or step fails ends its episode (`end_on_env_error`): lost with
     `config.env_error_reward`, the failure's kind in meta["env_error"] and its text in meta["error"].
+
+    In a multi-process run every process calls it; only the leader (process 0) holds and steps the
+    environments (the others may pass placeholders) and their results are broadcast each turn.
     """
     n = len(envs)
     hints = list(hints) if hints is not None else [None] * n
@@ -64,14 +75,16 @@ def play_episodes(
     streams: list[ChatStream] = []
     live: list[int] = []
     with concurrent.futures.ThreadPoolExecutor(config.step_workers) as executor:
-        resets = [executor.submit(env.reset, seed) for env, seed in zip(envs, seeds)]
-        for i, future in enumerate(resets):
+        resets = distributed.leader_only(lambda: _reset_all(executor, envs, seeds))
+        for i, result in enumerate(resets):
             traj = Trajectory([], [], [], [], [], [], group=groups[i], meta={"hinted": hints[i] is not None})
             trajectories.append(traj)
             stream = ChatStream(tokenizer, config.system_prompt, config.reply_prefix)
             streams.append(stream)
             try:
-                obs, info = future.result()
+                if isinstance(result, Exception):
+                    raise result
+                obs, info = result
             except Exception as err:  # an environment crash ends its episode, not the run
                 end_on_env_error(traj, err, "reset", config)
                 continue
@@ -111,7 +124,8 @@ def play_episodes(
                         trajectories[i].meta["cut_reply"] = True
                 kept = [k for k, i in enumerate(live) if not trajectories[i].meta.get("cut_reply")]
                 live, replies, actions = [live[k] for k in kept], [replies[k] for k in kept], [actions[k] for k in kept]
-            results = _step_all(executor, [envs[i] for i in live], actions)
+            stepped = [envs[i] for i in live]
+            results = distributed.leader_only(lambda: _step_all(executor, stepped, actions))  # noqa: B023 (called at once)
             still_live = []
             for i, reply, result in zip(live, replies, results):
                 traj = trajectories[i]

@@ -1,11 +1,11 @@
 """The run directory: who may write it (lock), how it is opened (directory), what it records (metrics,
 archive, report, log) and how training resumes (checkpoint)."""
 
-from spade_jax.run.archive import EnvArchive, archive_stats
+from spade_jax.run.archive import EnvArchive, NullArchive, archive_stats
 from spade_jax.run.directory import RunDir, RunDirError, check_writable, read_record
 from spade_jax.run.lock import RunDirLocked, RunLock
 from spade_jax.run.log import PhaseTimer, setup_logging
-from spade_jax.run.metrics import PROGRESS_KEYS, RunLogger, read_metrics
+from spade_jax.run.metrics import PROGRESS_KEYS, FollowerLogger, RunLogger, read_metrics
 from spade_jax.run.report import PLOT_KEYS
 
 __all__ = [
@@ -14,6 +14,8 @@ __all__ = [
     "CheckpointError",
     "Checkpointer",
     "EnvArchive",
+    "FollowerLogger",
+    "NullArchive",
     "PhaseTimer",
     "RunDir",
     "RunDirError",

@@ -142,3 +142,20 @@ def archive_stats(entries: list[dict]) -> dict[str, Any]:
         "regret_mean": mean("regret"),
         "win_rate_mean": mean("win_rate"),
     }
+
+
+class NullArchive:
+    """The environment archive of a process that is not the leader: accepts every call, writes nothing."""
+
+    def __init__(self) -> None:
+        self._count = 0
+
+    def add(self, program_source: str, record: Mapping[str, Any]) -> str:
+        self._count += 1
+        return record.get("env_id") or f"env-{self._count - 1:05d}"
+
+    def update(self, env_id: str, **fields: Any) -> None:
+        pass
+
+    def __len__(self) -> int:
+        return self._count

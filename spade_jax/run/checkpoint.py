@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
+from spade_jax import distributed
 from spade_jax.rl.train import TrainState
 
 STATE_ITEM = "state"  # params, opt_state, step, rng: restored straight into their shardings
@@ -122,7 +123,8 @@ class Checkpointer:
             raise ValueError(f"save_every must be >= 1, got {save_every}")
         self.save_every = save_every
         self.directory = os.path.abspath(os.fspath(directory))
-        os.makedirs(self.directory, exist_ok=True)
+        if jax.process_index() == 0:  # on a pod the folder is shared storage; orbax's own writes follow it
+            os.makedirs(self.directory, exist_ok=True)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep,
             save_interval_steps=1,  # the interval is ours (step % save_every); orbax would also save the first step
@@ -230,6 +232,10 @@ class Checkpointer:
         )
 
     def _check(self, step: int) -> str | None:
+        """Why checkpoint `step` cannot be used, or None; decided by process 0 for every process."""
+        return distributed.leader_only(lambda: self._check_files(step))
+
+    def _check_files(self, step: int) -> str | None:
         step_dir = self._step_dir(step)
         if not os.path.isdir(step_dir):
             return "it does not exist"
@@ -256,12 +262,15 @@ class Checkpointer:
 
     def _quarantine(self, step: int) -> None:
         """Moves a damaged checkpoint out of orbax's folder (so its step can be saved again)."""
+        distributed.leader_only(lambda: self._move_aside(step))
+        self._manager.reload()
+
+    def _move_aside(self, step: int) -> None:
         aside = f"{self.directory}-damaged"
         os.makedirs(aside, exist_ok=True)
         dest = os.path.join(aside, f"{step}-{time.strftime('%Y%m%d-%H%M%S')}")
         shutil.move(self._step_dir(step), dest)
         log.warning("moved damaged checkpoint %s to %s", self._step_dir(step), dest)
-        self._manager.reload()
 
     def wait(self) -> None:
         """Blocks until the asynchronous save in flight (if any) is on disk, with its digest."""

@@ -79,6 +79,9 @@ class RunDir:
     must hold a run (a `config.yaml`); it is locked. Either way a second process is refused at once
     (RunDirLocked). If a fresh run's block fails before `mark_progress()`, what it wrote is removed
     (and the directory too when this call created it), so a failed start leaves nothing behind.
+
+    In a multi-process run (jax.distributed) every process enters it together: the leader (process 0)
+    does all of the above and the others touch nothing; an error the leader meets is raised by all.
     """
 
     def __init__(self, out: str | os.PathLike, *, resume: bool, config_name: str | None = None,
@@ -92,6 +95,12 @@ class RunDir:
         self.lock = RunLock(self.out)
 
     def __enter__(self) -> "RunDir":
+        from spade_jax import distributed
+
+        distributed.leader_only(self._open)
+        return self
+
+    def _open(self) -> None:
         check_writable(self.out)
         if self.resume:
             if not (self.out / "config.yaml").is_file():
@@ -112,7 +121,6 @@ class RunDir:
         except BaseException:
             self.lock.release()
             raise
-        return self
 
     def _record_start(self) -> None:
         if self.resume:
@@ -135,7 +143,7 @@ class RunDir:
 
     def record_resume(self) -> None:
         """Appends this resume and its overrides to run.json; call it when the resumed config is written."""
-        if self.resume:
+        if self.resume and self.lock.held:  # only the leader of a multi-process run holds it
             record = read_record(self.out)
             record.setdefault("resumes", []).append({"time": _now(), "overrides": self.overrides})
             write_record(self.out, record)
@@ -145,6 +153,8 @@ class RunDir:
         self.progressed = True
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if not self.lock.held:
+            return  # a process other than the leader: it wrote nothing
         if exc_type is not None and not self.resume and not self.progressed:
             # Everything here is this start's own (the directory was absent or empty): remove it.
             for child in self.out.iterdir():

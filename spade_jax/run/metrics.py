@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from spade_jax.run import report
-from spade_jax.run.archive import EnvArchive
+from spade_jax.run.archive import EnvArchive, NullArchive
 from spade_jax.run.records import fmt, json_line, number, plain, read_jsonl
 
 # Metrics shown in the progress bar's postfix when present.
@@ -173,3 +173,26 @@ class RunLogger:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class FollowerLogger:
+    """What processes other than the leader hold in place of a RunLogger in a multi-process run:
+    the same calls, no files (the leader writes metrics, the archive, plots and summary.md)."""
+
+    def __init__(self) -> None:
+        self.envs = NullArchive()
+        self.history: list[dict] = []
+
+    def log(self, iteration: int, metrics: Mapping[str, Any]) -> dict:
+        record = {"iteration": iteration, **{k: v for k, v in plain(dict(metrics)).items() if k != "iteration"}}
+        self.history.append(record)
+        return record
+
+    def close(self, extra: Mapping[str, Any] | None = None) -> None:
+        pass
+
+    def __enter__(self) -> FollowerLogger:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass

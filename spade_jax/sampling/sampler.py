@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from spade_jax import distributed
 from spade_jax.models.decoder import KVCache, Packing, packed_weights, rope_tables
 from spade_jax.models.sharding import activation_mesh
 from spade_jax.sampling.choice import SamplingMode, choose, sampling_knobs
@@ -357,7 +358,8 @@ class Sampler:
             mode=mode, new_room=new_room, packed=packed,
         )
         *arrays, cache = out
-        out_tokens, out_logp, out_slogp, count, reason, index = jax.device_get((*arrays, cache.index))
+        # Every process gets every row (an all-gather over processes when rows are spread over hosts).
+        out_tokens, out_logp, out_slogp, count, reason, index = distributed.fetch((*arrays, cache.index))
         self.counts["calls"] += 1
         self.counts["prompt_tokens"] += sum(lengths)
         self.counts["reused_tokens"] += self.last_reused_tokens
