@@ -13,6 +13,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 MESH_AXES = ("data", "fsdp", "tensor", "expert")
+PLACEMENTS = ("colocated", "disaggregated")  # MeshConfig.placement: see spade_jax/placement.py
 
 # Logical axis -> mesh axes (a name, a tuple of names, or None for replicated). Layers name logical
 # axes only; changing the parallelism means changing this table (or passing another), not the model.
@@ -40,8 +41,14 @@ class MeshConfig:
     tensor: int = 1  # Megatron-style sharding of heads, MLP width and vocab
     expert: int = 1  # MoE experts spread over this many devices
     distributed: bool = False  # call jax.distributed.initialize() first (multi-host TPU/GPU pods)
+    # Where the sampler runs: "colocated" shares every device with the trainer (one mesh); "disaggregated"
+    # gives each host's first half of its devices to the sampler and the second half to the trainer (two
+    # meshes of the axis sizes above over half the devices each; new weights cross over after each update).
+    placement: str = "colocated"
 
     def __post_init__(self):
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"mesh.placement={self.placement!r} is not allowed; choose one of {', '.join(PLACEMENTS)}")
         sizes = self.sizes
         if sum(s == -1 for s in sizes) > 1:
             raise ValueError(f"mesh: at most one axis may be -1 (the rest), got {self.describe()}")
