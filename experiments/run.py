@@ -56,8 +56,8 @@ def _run_locked(config, run_dir) -> None:
     from spade_jax import distributed
     from spade_jax.config import to_dict
     from spade_jax.envs.backends.sandbox import SandboxPool
-    from spade_jax.mesh import make_mesh
     from spade_jax.models.registry import load_model
+    from spade_jax.placement import make_placement
     from spade_jax.policy import Learner, Policy
     from spade_jax.run import FollowerLogger, PhaseTimer, RunLogger, setup_logging
     from spade_jax.run.budget import TRAIN_SECONDS, Budget, spent_seconds
@@ -66,22 +66,25 @@ def _run_locked(config, run_dir) -> None:
 
     out, resume = run_dir.out, run_dir.resume
     leader = distributed.is_leader()  # in a multi-process run only process 0 writes files and runs programs
-    mesh = make_mesh(config.mesh)
+    placement = make_placement(config.mesh)  # the trainer's mesh, and the sampler's (the same unless disaggregated)
     setup_logging(out if leader else None)
     dtypes = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+    keep_mesh = placement.disaggregated or placement.trainer.size > 1
+    mesh = placement.trainer if keep_mesh else None
     loaded = load_model(
         config.model.name, dtype=dtypes[config.model.dtype], param_dtype=dtypes[config.model.param_dtype],
-        mesh=mesh if mesh.size > 1 else None, seed=config.seed,
+        mesh=mesh, seed=config.seed,
     )
-    mesh = mesh if mesh.size > 1 else None
     loaded.model.remat = config.model.remat
     loaded.model.set_attn_chunk(config.model.attn_chunk)
     loaded.model.set_attention(config.model.attention)
     sandbox = SandboxPool(config.sandbox) if leader else None
     checkpoints = None
     try:
-        policy = Policy(loaded.model, loaded.tokenizer, mesh=mesh)
-        learner = Learner(loaded.model, config.rl, mesh=mesh, sandbox=sandbox)
+        sampler_model = placement.sampler_model(loaded.model)
+        policy = Policy(sampler_model, loaded.tokenizer, mesh=placement.sampler if keep_mesh else None)
+        publish = None if sampler_model is loaded.model else (lambda: placement.publish(loaded.model, sampler_model))
+        learner = Learner(loaded.model, config.rl, mesh=mesh, sandbox=sandbox, publish=publish)
         checkpoints = Checkpointer(
             out / "checkpoints", keep=config.keep_checkpoints, save_every=config.checkpoint_every
         )
@@ -96,6 +99,8 @@ def _run_locked(config, run_dir) -> None:
                 learner.train_step.abstract_state(loaded.model), quarantine=True
             )
             learner.train_step.write_params(loaded.model, learner.state)
+            if publish is not None:
+                publish()
             start = trainer_state["iteration"]
         logger = RunLogger(
             out, to_dict(config), tensorboard=config.tensorboard, progress=config.progress,
@@ -223,6 +228,11 @@ def main(argv=None) -> int:
     from spade_jax.run.checkpoint import CheckpointError
     from spade_jax.selfplay import AllPlaysFailed
 
+    if args.out and "://" in args.out:
+        print(f"error: --out {args.out}: the run directory must be a filesystem path (its lock, checkpoint digests "
+              "and metrics are POSIX files); mount the bucket (gcsfuse) or use a shared filesystem and pass "
+              "that path, see tpu/README.md", file=sys.stderr)
+        return 2
     if args.resume and not args.out:
         print("error: --resume needs --out DIR (the run directory to continue)", file=sys.stderr)
         return 2

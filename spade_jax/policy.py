@@ -6,6 +6,7 @@ Both share the NNX model: after each update the learner writes the new params in
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 
@@ -55,8 +56,11 @@ class Learner:
     into `state` (experiments/run.py does), so a resumed run keeps the starting policy as reference.
     """
 
-    def __init__(self, model, rl_config, *, mesh=None, sandbox=None, verbose: bool = True):
+    def __init__(self, model, rl_config, *, mesh=None, sandbox=None, verbose: bool = True, publish=None):
         self.model, self.cfg, self.mesh, self.sandbox = model, rl_config, mesh, sandbox
+        # Called after new weights are written into `model`: sends them to a sampler on other devices
+        # (placement.Placement.publish); None when the sampler reads `model` itself.
+        self.publish = publish
         self.train_step = make_train_step(model, rl_config, mesh, verbose=verbose)
         self.state = self.train_step.init(model)
         self.ref_params = self.train_step.reference_params(model)  # KL anchor; None when rl.kl_coef == 0
@@ -86,6 +90,10 @@ class Learner:
         if not skipped:
             self.nonfinite_run = 0
             self.train_step.write_params(self.model, self.state)
+            if self.publish is not None:
+                started = time.perf_counter()
+                self.publish()
+                out["time/publish"] = time.perf_counter() - started
             out["train/skipped_steps"] = self.skipped_steps
             return out
         self.skipped_steps += 1

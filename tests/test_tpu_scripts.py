@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -88,7 +89,8 @@ def test_run_detached_with_per_worker_logs(launch, capsys):
     assert ssh[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "spade-test"]
     assert "--worker=all" in ssh
     remote = next(a for a in ssh if a.startswith("--command=")).split("=", 1)[1]
-    assert ("python -m experiments.run --config qwen3_30b_a3b --out runs/qwen3_30b_a3b-spade-test "
+    # The run directory defaults to the shared filesystem every worker mounts (tpu/README.md).
+    assert ("python -m experiments.run --config qwen3_30b_a3b --out /mnt/spade-runs/qwen3_30b_a3b-spade-test "
             "--resume mesh.distributed=true iterations=200 rl.lr=1e-6") in remote
     assert "env XLA_FLAGS=--xla_dump_to=/tmp/x" in remote
     assert "nohup" in remote and "logs/spade-test-$(hostname).log" in remote
@@ -96,6 +98,34 @@ def test_run_detached_with_per_worker_logs(launch, capsys):
     _, cmds = _dry(launch, capsys, "run", "--foreground")
     remote = next(a for a in cmds[0] if a.startswith("--command="))
     assert "| tee" in remote and "nohup" not in remote
+    _, cmds = _dry(launch, capsys, "run", "--shared-dir", "/mnt/nfs/")
+    assert "--out /mnt/nfs/default-spade-test" in next(a for a in cmds[0] if a.startswith("--command="))
+
+
+def test_local_dry_run_gives_each_process_its_id_and_devices(launch, capsys, monkeypatch):
+    for var in ("TPU_NAME", "TPU_ZONE"):
+        monkeypatch.delenv(var, raising=False)  # local needs neither
+    assert launch.main(["local", "--processes", "3", "--devices", "2", "--port", "23456", "--dry-run",
+                        "--out", "runs/x", "iterations=2"]) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header == "# local: 3 processes x 2 cpu devices, coordinator localhost:23456"
+    assert len(lines) == 3
+    for pid, line in enumerate(lines):
+        assert f"SPADE_PROCESS_ID={pid} " in line and "SPADE_NUM_PROCESSES=3 " in line
+        assert "JAX_COORDINATOR_ADDRESS=localhost:23456" in line
+        assert "--xla_force_host_platform_device_count=2" in line
+        assert line.endswith("-m experiments.run --config tiny --out runs/x mesh.distributed=true iterations=2")
+
+
+def test_local_failure_stops_the_others_and_names_the_process(launch, tmp_path, capsys, monkeypatch):
+    # A bad config fails in every process before any collective; the launcher reports the first.
+    monkeypatch.chdir(tmp_path)
+    code = launch.main(["local", "--processes", "2", "--log-dir", str(tmp_path / "logs"),
+                        "--port", "23457", "no.such_key=1"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert re.search(r"error: process [01] exited with status 2 \(its output: ", err), err
+    assert (tmp_path / "logs" / "local-proc1.log").is_file()
 
 
 def test_logs_stop_delete(launch, capsys):
@@ -115,6 +145,9 @@ def test_logs_stop_delete(launch, capsys):
     (["create", "--name", "a", "--zone", "z", "--accelerator-type", "v9-8", "--dry-run"], "v5p-64"),
     (["install", "--name", "a", "--zone", "z", "--repo", "https://x/y.git", "--dry-run"], "--ref"),
     (["run", "--name", "a", "--zone", "z", "--dry-run", "notakeyvalue"], "key=value"),
+    (["local", "--processes", "0", "--dry-run"], "--processes"),
+    (["local", "--port", "70000", "--dry-run"], "not a TCP port"),
+    (["local", "--dry-run", "oops"], "key=value"),
 ])
 def test_argument_errors_are_one_line(launch, capsys, monkeypatch, argv, message):
     for var in ("TPU_NAME", "TPU_ZONE", "TPU_PROJECT", "TPU_TYPE"):

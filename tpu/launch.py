@@ -202,6 +202,7 @@ def run_local(args: argparse.Namespace, cmd: list[str]) -> int:
     log_dir = Path(args.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     procs, logs = [], []
+    codes: dict[int, int] = {}
     try:
         for pid in range(args.processes):
             if pid == 0:
@@ -211,7 +212,6 @@ def run_local(args: argparse.Namespace, cmd: list[str]) -> int:
                 logs.append(stream)
             procs.append(subprocess.Popen(cmd, env=local_env(args, pid), cwd=os.getcwd(), stdout=stream,
                                           stderr=subprocess.STDOUT if stream else None))
-        codes: dict[int, int] = {}
         while len(codes) < len(procs):
             for i, proc in enumerate(procs):
                 if i not in codes and proc.poll() is not None:
@@ -232,9 +232,9 @@ def run_local(args: argparse.Namespace, cmd: list[str]) -> int:
                 proc.wait()
         for stream in logs:
             stream.close()
-    failed = {i: c for i, c in codes.items() if c != 0}
+    failed = {i: c for i, c in codes.items() if c != 0}  # in the order they ended: the first is the cause
     if failed:
-        first = min(failed)
+        first = next(iter(failed))
         where = "above" if first == 0 else str(log_dir / f"local-proc{first}.log")
         print(f"error: process {first} exited with status {failed[first]} (its output: {where})", file=sys.stderr)
         return failed[first]

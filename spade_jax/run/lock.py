@@ -57,8 +57,10 @@ class RunLock:
 
     `acquire` raises RunDirLocked at once when a live process holds the lock. A lock left by a dead
     holder (a crashed or killed run) is taken over with a log line. Where the filesystem has no
-    `flock` (some network filesystems) the lock falls back to an exclusive create plus a liveness
-    check of the recorded pid.
+    `flock` (some network filesystems, gcsfuse) the lock falls back to an exclusive create plus a
+    liveness check of the recorded pid; that check works only on the holder's own host, so a lock
+    left by a run that died on another host is trusted until `DIR/.lock` is emptied by hand.
+    In a multi-process run only process 0 takes it (see `RunDir`).
     """
 
     def __init__(self, run_dir: str | os.PathLike):
@@ -80,7 +82,7 @@ class RunLock:
                     f"run directory {self.path.parent} is in use by {_describe(holder)}; "
                     "wait for it to finish or choose another --out"
                 ) from None
-            if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+            if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                 return self._acquire_exclusive(previous)
             raise
         self._fd = fd
