@@ -6,8 +6,9 @@ With SPADE_NUM_PROCESSES / SPADE_PROCESS_ID / JAX_COORDINATOR_ADDRESS set (as `t
 sets them) it joins the others through jax.distributed. Under both placements it runs one Learner
 update (train step, and for disaggregated the weight transfer), samples from the updated sampler
 model, saves and restores an orbax checkpoint; then two iterations of the `tiny` self-play config
-into RUN_DIR through experiments.run. Writes RESULTS_DIR/proc<i>.json with what each step gave and,
-for processes other than 0, every file write Python saw under RUN_DIR (an audit hook).
+(disaggregated, with updates) into RUN_DIR through experiments.run. Writes RESULTS_DIR/proc<i>.json
+with what each step gave and, for processes other than 0, every file write Python saw under RUN_DIR
+(an audit hook).
 """
 
 import json
@@ -115,8 +116,11 @@ def main() -> int:
     report = {"process": jax.process_index(), "processes": jax.process_count(), "devices": jax.device_count()}
     for placement in ("colocated", "disaggregated"):
         report[placement] = _learner_checks(placement, run_dir.parent / f"ckpt-{placement}")
+    # Disaggregated, so the loop also publishes weights; truncated plays trained on (the tiny model's
+    # 2-turn plays all end truncated) and a fixed batch, so each iteration runs a real update.
     config = load_config("tiny", ["iterations=2", "mesh.distributed=" + str(jax.process_count() > 1).lower(),
-                                  "tensorboard=false", "progress=false"])
+                                  "mesh.placement=disaggregated", "rollout.loss_on_truncated=true",
+                                  "global_batch=4", "tensorboard=false", "progress=false"])
     run(config, run_dir, config_name="tiny")
     report["writes"] = writes
     results_dir.mkdir(parents=True, exist_ok=True)

@@ -72,6 +72,14 @@ def test_placement_config_is_checked():
         make_placement(MeshConfig(placement="disaggregated"))  # this test process has one CPU device
 
 
+def test_gs_run_directory_is_refused_in_one_line(capsys):
+    from experiments.run import main
+
+    assert main(["--config", "tiny", "--out", "gs://bucket/runs/x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "must be a filesystem path" in err and "gcsfuse" in err
+
+
 def test_follower_logger_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with FollowerLogger() as logger:
@@ -122,7 +130,12 @@ def test_two_processes_match_one_process(tmp_path):
 
     # Two self-play iterations: the same metrics, the same files, all written by process 0 (process 1
     # writes only orbax's own per-process array files under checkpoints/<step>/state/).
-    assert _rows(tmp_path / "two" / "run" / "metrics.jsonl") == _rows(tmp_path / "one" / "run" / "metrics.jsonl")
+    rows_two, rows_one = (_rows(tmp_path / d / "run" / "metrics.jsonl") for d in ("two", "one"))
+    assert [sorted(r) for r in rows_two] == [sorted(r) for r in rows_one] and len(rows_one) == 2
+    for got, ref in zip(rows_two, rows_one):
+        for key, value in ref.items():
+            assert got[key] == (pytest.approx(value, rel=1e-5, abs=1e-7) if isinstance(value, float) else value), key
+    assert all(r["update/skipped"] == 0 and r["agent/samples"] > 0 for r in rows_one)  # the loop trained
     assert _files(tmp_path / "two" / "run") == _files(tmp_path / "one" / "run")
     assert two[0]["writes"] == []  # audited on processes other than 0 only
     assert two[1]["writes"], "the audit hook saw nothing: it is not watching"
