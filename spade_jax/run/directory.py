@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,9 @@ class RunDir:
         self.lock = RunLock(self.out)
 
     def __enter__(self) -> "RunDir":
+        if "jax" not in sys.modules:  # jax.distributed needs jax: without it this is the only process
+            self._open()
+            return self
         from spade_jax import distributed
 
         distributed.leader_only(self._open)
