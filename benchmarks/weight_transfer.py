@@ -1,5 +1,6 @@
 """Seconds per update to send the trainer's weights to a disaggregated sampler (`mesh.placement=
-disaggregated`): our jitted ppermute on the combined mesh (`placement.WeightTransfer`) vs a host
+disaggregated`): ours (`placement.WeightTransfer`: same-host twin copies, and the jitted ppermute on
+the combined mesh that also serves twins on different hosts) vs a host
 round trip (`distributed.fetch`, i.e. jax.device_get / process_allgather, then jax.device_put), the
 baseline that also works multi-controller. Same parameters, same run; both results are checked equal.
 
@@ -95,20 +96,27 @@ def main() -> int:
     shardings = jax.tree.map(lambda x: NamedSharding(placement.sampler, x.sharding.spec), source)
     nbytes = placement.transfer.param_bytes(source)
 
+    from spade_jax.placement import WeightTransfer
+
+    collective = WeightTransfer(placement.trainer, placement.sampler, method="collective")
     ours_s, ours = _time(lambda: placement.transfer(source, target), args.repeats)
+    coll_s, coll = _time(lambda: collective(source, target), args.repeats)
     base_s, base = _time(lambda: jax.device_put(distributed.fetch(source), shardings), args.repeats)
-    same = all(np.array_equal(a, b) for a, b in
-               zip(jax.tree.leaves(distributed.fetch(ours)), jax.tree.leaves(distributed.fetch(base))))
+    same = all(np.array_equal(a, b) and np.array_equal(a, c) for a, b, c in
+               zip(*(jax.tree.leaves(distributed.fetch(t)) for t in (ours, coll, base))))
     if distributed.is_leader():
         where = (f"{jax.process_count()} processes x {jax.local_device_count()} CPU devices, sampler "
                  f"{placement.sampler.devices.size} / trainer {placement.trainer.devices.size} devices, "
                  f"each mesh {dict(placement.trainer.shape)}")
         print(f"# {args.model}: {nbytes / 1e6:.1f} MB of parameters; {where}")
-        print(f"ours (jitted ppermute on the combined mesh): {ours_s * 1e3:.1f} ms per update, "
+        print(f"ours ({placement.transfer.method}: each shard to its twin device): {ours_s * 1e3:.1f} ms per update, "
               f"{nbytes / ours_s / 1e9:.2f} GB/s")
+        print(f"ours, collective (jitted ppermute on the combined mesh): {coll_s * 1e3:.1f} ms per update, "
+              f"{nbytes / coll_s / 1e9:.2f} GB/s")
         print(f"baseline (host round trip: distributed.fetch + jax.device_put): {base_s * 1e3:.1f} ms per update, "
               f"{nbytes / base_s / 1e9:.2f} GB/s")
-        print(f"ratio (baseline / ours): {base_s / ours_s:.2f}x; results equal: {same}")
+        print(f"ratio (baseline / ours): {base_s / ours_s:.2f}x; baseline / collective: {base_s / coll_s:.2f}x; "
+              f"results equal: {same}")
     return 0 if same else 1
 
 

@@ -2,8 +2,9 @@
 
 Colocated: one mesh for both. Disaggregated: each host gives the first half of its devices to the
 sampler and the second half to the trainer, two meshes of the same axis sizes; after each update the
-trainer's weights cross over by one jitted collective on a mesh holding both halves (`WeightTransfer`),
-which works multi-controller, where `jax.device_put` between disjoint meshes cannot cross hosts.
+trainer's weights cross over shard by shard to twin devices (`WeightTransfer`: same-host copies, or a
+jitted ppermute on a mesh holding both halves), which works multi-controller, where `jax.device_put`
+of a global array between disjoint meshes cannot cross hosts.
 """
 
 from __future__ import annotations
@@ -83,17 +84,31 @@ def _move_role(tree):
     return jax.tree.map(lambda x: jax.lax.ppermute(x, ROLE, perm=[(1, 0)]), tree)
 
 
+METHODS = ("auto", "local", "collective")
+
+
 class WeightTransfer:
     """`transfer(params) -> params` from the trainer mesh to the sampler mesh (same axis sizes).
 
-    Each array is viewed, without a copy, as one global array on the combined mesh (role, *axes):
-    its first dimension doubled, the sampler's block first and the trainer's second, each device
-    holding the shard it already holds. One jitted `shard_map` with a `ppermute` over `role` then
-    sends every trainer device's shard to its sampler twin: the parameter bytes cross once, device
-    to device (across hosts over the interconnect), and every process only touches its own shards.
+    Every trainer device has a twin, the sampler device at the same mesh position, which needs
+    exactly the shards it holds. Two ways to move them, both multi-controller safe because every
+    process touches only its own shards:
+
+    - `local`: when each twin lives on the same process as its trainer device (the per-host split of
+      `make_placement`), every process copies its shards to their twins with one batched
+      `jax.device_put` of single-device arrays and assembles the sampler's arrays from them.
+    - `collective`: each array is viewed, without a copy, as one global array on the combined mesh
+      (role, *axes), its first dimension doubled, the sampler's block first and the trainer's second;
+      one jitted `shard_map` with a `ppermute` over `role` sends every trainer shard to its twin, across
+      hosts over the interconnect when twins live on different hosts.
+
+    `auto` takes `local` when every twin pair shares a process, else `collective`. Either way the
+    parameter bytes cross once, device to device.
     """
 
-    def __init__(self, trainer: Mesh, sampler: Mesh):
+    def __init__(self, trainer: Mesh, sampler: Mesh, method: str = "auto"):
+        if method not in METHODS:
+            raise ValueError(f"weight transfer method {method!r} is not one of {', '.join(METHODS)}")
         if trainer.axis_names != sampler.axis_names or trainer.devices.shape != sampler.devices.shape:
             raise ValueError("the trainer and sampler meshes must have the same axes and sizes")
         self.trainer, self.sampler = trainer, sampler
@@ -101,6 +116,11 @@ class WeightTransfer:
         self.combined = Mesh(np.stack([sampler.devices, trainer.devices]), (ROLE, *trainer.axis_names),
                              axis_types=auto)
         self._jitted: dict = {}  # one compiled transfer per tree of shardings
+        self.twin = dict(zip(trainer.devices.flat, sampler.devices.flat))
+        same_process = all(t.process_index == s.process_index for t, s in self.twin.items())
+        self.method = ("local" if same_process else "collective") if method == "auto" else method
+        if self.method == "local" and not same_process:
+            raise ValueError("weight transfer 'local' needs every sampler device on its trainer twin's host")
 
     def place(self, x: jax.Array) -> jax.Array:
         """A non-parameter array (e.g. a RoPE table), replicated on the sampler mesh, through the host."""
@@ -143,9 +163,32 @@ class WeightTransfer:
         return jax.make_array_from_single_device_arrays(like.shape, sharding, shards, dtype=like.dtype)
 
     def __call__(self, params, previous=None):
-        """`params` (a pytree of arrays on the trainer mesh) on the sampler mesh. `previous`, the
-        sampler's current copy (same structure), lends its buffers to the combined view; without it
-        zeros are made once."""
+        """`params` (a pytree of arrays on the trainer mesh) on the sampler mesh. For `collective`,
+        `previous`, the sampler's current copy (same structure), lends its buffers to the combined
+        view; without it zeros are made once."""
+        if self.method == "local":
+            return self._local(params)
+        return self._collective(params, previous)
+
+    def _local(self, params):
+        leaves, tree = jax.tree.flatten(params)
+        datas, devices, plan = [], [], []
+        for x in leaves:
+            sharding = NamedSharding(self.sampler, self._spec(x))
+            held = {self.twin[s.device]: s.data for s in x.addressable_shards}
+            targets = list(sharding.addressable_devices_indices_map(x.shape))
+            datas += [held[d] for d in targets]
+            devices += targets
+            plan.append((x, sharding, len(targets)))
+        moved = jax.device_put(datas, devices)  # one batched call: every local shard to its twin
+        out, start = [], 0
+        for x, sharding, count in plan:
+            shards = moved[start:start + count]
+            out.append(jax.make_array_from_single_device_arrays(x.shape, sharding, shards, dtype=x.dtype))
+            start += count
+        return jax.tree.unflatten(tree, out)
+
+    def _collective(self, params, previous=None):
         leaves, tree = jax.tree.flatten(params)
         old = jax.tree.leaves(previous) if previous is not None else [None] * len(leaves)
         scalars = [i for i, x in enumerate(leaves) if x.ndim == 0]

@@ -86,7 +86,15 @@ def _learner_checks(placement_name: str, ckpt_dir: Path) -> dict:
         checkpoints.save(1, learner.state, {"placement": placement_name}, force=True)
         checkpoints.wait()
         restored, trainer = checkpoints.restore(learner.train_step.abstract_state(loaded.model))
+    both_ways = None
+    if placement.disaggregated:  # the collective transfer gives what the default (local) one gave
+        from spade_jax.placement import WeightTransfer
+
+        collective = WeightTransfer(placement.trainer, placement.sampler, method="collective")
+        source = nnx.to_pure_dict(nnx.state(loaded.model, nnx.Param))
+        both_ways = [placement.transfer.method, _fingerprint(collective(source))]
     return {
+        "both_ways": both_ways,
         "loss": metrics["loss"], "grad_norm": metrics.get("grad_norm"),
         "params": _fingerprint(nnx.to_pure_dict(nnx.state(loaded.model, nnx.Param))),
         "sampler_params": _fingerprint(nnx.to_pure_dict(nnx.state(sampler_model, nnx.Param))),

@@ -123,6 +123,9 @@ def test_two_processes_match_one_process(tmp_path):
             assert got["params"] == pytest.approx(ref["params"], rel=1e-5, abs=1e-6)
             # The sampler's copy is the trainer's weights (the transfer when disaggregated).
             assert got["sampler_params"] == got["params"]
+            if placement == "disaggregated":
+                method, collective = got["both_ways"]
+                assert method == "local" and collective == got["params"]
             assert got["tokens"] == ref["tokens"]
             for a, b in zip(got["logprobs"], ref["logprobs"]):
                 assert a == pytest.approx(b, abs=1e-5)
