@@ -111,23 +111,26 @@ def _run_locked(config, run_dir) -> None:
         if trainer_state is not None:
             selfplay.load_state_dict(trainer_state)
         # The wall-clock budget continues from the kept iterations' training time (resumes included).
-        budget = Budget(config.max_minutes, spent_seconds(logger.history))
+        # Multi-process: process 0's history and clock decide for every process (they must stop together).
+        budget = Budget(config.max_minutes, distributed.broadcast_object(spent_seconds(logger.history)))
         if budget.exhausted and selfplay.iteration < config.iterations:
             log.info("max_minutes=%s already spent (%.0f s); nothing to run", config.max_minutes, budget.spent)
         with logger:
-            while selfplay.iteration < config.iterations and not budget.exhausted:
+            stop = budget.exhausted
+            while selfplay.iteration < config.iterations and not stop:
                 iteration = selfplay.iteration
                 started = time.perf_counter()
                 metrics = selfplay.step()
                 metrics[TRAIN_SECONDS] = budget.add(time.perf_counter() - started)
+                stop = distributed.broadcast_object(budget.exhausted)
                 if config.eval_every and selfplay.iteration % config.eval_every == 0:
                     metrics.update(evaluate_agent(config, loaded, mesh))
                 logger.log(iteration, metrics)
                 run_dir.mark_progress()
                 done = selfplay.iteration
                 checkpoints.save(done, learner.state, selfplay.state_dict(),
-                                 force=done == config.iterations or budget.exhausted)
-                if budget.exhausted and done < config.iterations:
+                                 force=done == config.iterations or stop)
+                if stop and done < config.iterations:
                     log.info("max_minutes=%s spent (%.0f s) after %d iterations; stopping", config.max_minutes,
                              budget.spent, done)
     finally:
