@@ -26,7 +26,7 @@ from spade_jax.envs.backends.jax.interp.values import (
     _ModAttr,
     _num,
 )
-from spade_jax.envs.backends.jax.ir import BOOL, INT, STR, ActionVal, Masked, StrId, Text, unsupported
+from spade_jax.envs.backends.jax.ir import BOOL, INT, STR, ActionVal, Masked, StrId, TCat, Text, TLit, TSel, TVal, unsupported
 
 
 class Calls:
@@ -64,6 +64,18 @@ class Calls:
         raise unsupported(node, "call of something that is not a method, helper or supported builtin")
 
     in_init = False
+
+    def _edges_unpadded(self, t, name) -> bool:
+        """Whether text t can have no whitespace where str.<name>() would strip it."""
+        def edge(t, last):
+            if isinstance(t, TCat):
+                return edge(t.parts[-1 if last else 0], last)
+            if isinstance(t, TSel):
+                return edge(t.a, last) and edge(t.b, last)
+            if isinstance(t, TLit):
+                return bool(t.s) and not (t.s[-1] if last else t.s[0]).isspace()
+            return isinstance(t, TVal) and t.kind == INT and t.spec == ""
+        return (name == "rstrip" or edge(t, False)) and (name == "lstrip" or edge(t, True))
 
     def call_lambda(self, lam: Lambda, args, node):
         names = [a.arg for a in lam.node.args.args]
@@ -190,5 +202,7 @@ class Calls:
         if isinstance(base, (re.Match,)) or (base is not None and type(base).__name__ == "Match"):
             return getattr(base, name)(*args)
         if isinstance(base, Text):
+            if name in ("strip", "lstrip", "rstrip") and not args and self._edges_unpadded(base, name):
+                return base  # str(n).strip(): the number's digits carry no whitespace to strip
             raise unsupported(node, f"method {name}() on composed text")
         raise unsupported(node, f"method {name}() on {_kind_name(base)}")

@@ -58,19 +58,28 @@ class Interp(Statements, Expressions, Operators, Containers, Calls, ActionValues
         names = [a.arg for a in params.args]
         if bind_self:
             names = names[1:]
-        if params.vararg or params.kwarg:
-            raise unsupported(fn, f"{fn.name}() takes *args/**kwargs")
+        if params.kwonlyargs:
+            raise unsupported(fn, f"{fn.name}() has keyword-only parameters")
         local_vars: dict = {}
         defaults = params.defaults
         default_map = {names[len(names) - len(defaults) + i]: d for i, d in enumerate(defaults)} if defaults else {}
-        if len(args) > len(names):
+        if len(args) > len(names) and not params.vararg:
             raise unsupported(node, f"{fn.name}() called with too many arguments")
         for name, value in zip(names, args):
             local_vars[name] = value
+        # Designers declare __init__(self, max_turns=10, **kwargs): the extras are a plain tuple/dict.
+        if params.vararg:
+            local_vars[params.vararg.arg] = tuple(args[len(names):])
+        extra = {}
         for k, v in kwargs.items():
             if k not in names:
-                raise unsupported(node, f"{fn.name}() has no parameter {k!r}")
+                if not params.kwarg:
+                    raise unsupported(node, f"{fn.name}() has no parameter {k!r}")
+                extra[k] = v
+                continue
             local_vars[k] = v
+        if params.kwarg:
+            local_vars[params.kwarg.arg] = extra
         for name in names:
             if name not in local_vars:
                 if name not in default_map:
