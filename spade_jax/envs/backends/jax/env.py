@@ -44,6 +44,10 @@ FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive
 # sampling early, after about 8 seconds of host interpretation.
 MAX_SAMPLE_EVALS = 4_000_000
 MAX_PRODUCT = 4096  # digit strings enumerated per length from the solution's digit alphabet
+# Hidden state flag: a data-dependent while loop still wanted to run after MAX_WHILE_ITERATIONS
+# passes (reset or any step so far). The step that sees it truncates the episode and reports it in
+# info["loop_cap_hit"]; the equivalence check names the loop. Never shown to the program.
+LOOP_CAP_ATTR = "__loop_cap_hit__"
 
 
 @struct.dataclass
@@ -98,6 +102,7 @@ class TranspiledEnv(environment.Environment):
         self.table = StringTable()
         self.specs: dict[str, Spec] = {}
         self.rng_attrs: set[str] = set()
+        self.loop_cap_lines: set[int] = set()  # lines of while loops that can reach their pass cap
         self.templates: list = [None, None]
         self.obs_sizes = (0, 0)
         self._features: list = []
@@ -143,6 +148,7 @@ class TranspiledEnv(environment.Environment):
 
     def _reset_fn(self, key):
         it, obs = self._trace_reset(key)
+        self._note_loop_cap(it, False)
         self._observe_attrs(it.attrs)
         attrs = self._pack_attrs(it, it.attrs)
         record, template = self._record(it, obs, 0)
@@ -167,6 +173,9 @@ class TranspiledEnv(environment.Environment):
         reward = self._scalar(it, reward, FLOAT, "reward")
         terminated = self._scalar(it, it.truth(terminated, fn), BOOL, "terminated")
         truncated = self._scalar(it, it.truth(truncated, fn), BOOL, "truncated")
+        cap_hit = self._note_loop_cap(it, it.attrs.get(LOOP_CAP_ATTR, False))
+        if cap_hit is not False:
+            truncated = jnp.logical_or(truncated, cap_hit)
         self._observe_attrs(it.attrs)
         new_attrs = self._pack_attrs(it, it.attrs)
         record, template = self._record(it, obs, 1)
@@ -174,6 +183,14 @@ class TranspiledEnv(environment.Environment):
         self._features = [(av, apath) for av, apath, _ in it._lowered.values()]
         self._last_features = list(it.features)
         return new_attrs, record, reward, terminated, truncated
+
+    def _note_loop_cap(self, it, before):
+        """Carries the loop-cap flag in the hidden state attribute once any trace can raise it."""
+        self.loop_cap_lines |= it.loop_cap_lines
+        hit = before if it.loop_cap_hit is False else jnp.logical_or(before, it.loop_cap_hit)
+        if hit is not False or LOOP_CAP_ATTR in self.specs:
+            it.attrs[LOOP_CAP_ATTR] = jnp.asarray(hit, jnp.bool_)
+        return hit
 
     def _scalar(self, it, v, kind, what):
         if isinstance(v, ActionVal):
@@ -431,13 +448,20 @@ class TranspiledEnv(environment.Environment):
         action = jnp.clip(jnp.asarray(action, jnp.int32), 0, len(self.vocab) - 1)
         attrs, record, reward, terminated, truncated = self._step_fn(state.attrs, action)
         new_state = EnvState(attrs=attrs, obs=record, time=state.time + 1, terminated=terminated, truncated=truncated)
-        return record, new_state, reward, terminated, {"program_truncated": truncated}
+        info = {"program_truncated": truncated, "loop_cap_hit": self.loop_cap_hit(new_state)}
+        return record, new_state, reward, terminated, info
 
     def is_truncated(self, state, params):
         return jnp.logical_or(state.truncated, state.time >= params.max_steps_in_episode)
 
     def is_terminated(self, state, params):
         return state.terminated
+
+    def loop_cap_hit(self, state):
+        """Whether a data-dependent while loop ran into MAX_WHILE_ITERATIONS in this episode (the
+        episode then no longer follows the program and is truncated)."""
+        attrs = state.attrs if isinstance(state, EnvState) else state
+        return attrs.get(LOOP_CAP_ATTR, jnp.bool_(False))
 
     @property
     def name(self) -> str:
@@ -481,7 +505,8 @@ class TranspiledEnv(environment.Environment):
         attrs = state.attrs if isinstance(state, EnvState) else state
         out = {}
         for name, spec in self.specs.items():
-            out[name] = self._to_python(np.asarray(attrs[name]), spec)
+            if name != LOOP_CAP_ATTR:
+                out[name] = self._to_python(np.asarray(attrs[name]), spec)
         return out
 
     def _to_python(self, arr, spec: Spec):
@@ -505,6 +530,9 @@ class TranspiledEnv(environment.Environment):
         Raises ValueError when a value lies outside what the JAX version can represent."""
         arrays = {}
         for name, spec in self.specs.items():
+            if name == LOOP_CAP_ATTR:
+                arrays[name] = jnp.bool_(False)
+                continue
             if name not in attrs:
                 raise ValueError(f"the Python instance has no attribute {name!r}")
             arrays[name] = jnp.asarray(self._from_python(attrs[name], spec, name), DTYPES[spec.scalar])

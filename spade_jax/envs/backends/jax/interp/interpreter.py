@@ -47,6 +47,8 @@ class Interp(Statements, Expressions, Operators, Containers, Calls, ActionValues
         self._lowered: dict[int, object] = {}
         self._try_stack: list = []
         self.depth = 0
+        self.loop_cap_hit = False  # see Statements.exec_while
+        self.loop_cap_lines: set[int] = set()
 
     # ----- method calls -----------------------------------------------------------------------
 

@@ -47,8 +47,15 @@ from spade_jax.envs.backends.jax.ir import (
 )
 
 
+# Passes a data-dependent while loop is unrolled for (redraw-until-different loops need a few; a
+# Collatz count from n <= 50 needs up to 111). Each pass adds the body's operations to the trace.
+MAX_WHILE_ITERATIONS = 64
+
+
 class Statements:
     """Mixin of Interp: executes statements; a data-dependent branch runs both ways under its condition."""
+
+    loop_cap_hit = False  # traced bool: a data-dependent while loop still wanted to run at its cap
 
     # ----- statements -------------------------------------------------------------------------
 
@@ -131,8 +138,6 @@ class Statements:
             self.exec_try(s, frame)
         elif isinstance(s, ast.Raise):
             raise unsupported(s, "raise statement (exceptions cannot be raised on device)")
-        elif isinstance(s, ast.While):
-            pass
         else:
             raise unsupported(s, f"{type(s).__name__} statement")
 
@@ -141,7 +146,7 @@ class Statements:
             raise unsupported(s, "for ... else")
         items = self.iterate(self.eval(s.iter, frame), s.iter)
         saved = (frame.mask, frame.brk, frame.cont)
-        frame.mask = frame.active()
+        frame.mask = frame.local_active()  # returned paths stay out through frame.ret
         frame.brk = False
         for cond, item in items:
             frame.cont = False
@@ -156,23 +161,34 @@ class Statements:
         frame.mask, frame.brk, frame.cont = saved
 
     def exec_while(self, s: ast.While, frame: Frame):
+        """A loop decided at trace time unrolls exactly (up to 10000 passes). Once its condition
+        (or a break) depends on data it unrolls at most MAX_WHILE_ITERATIONS more passes under a
+        predicate, as a bounded while_loop would; where the loop would still run after the last
+        pass, loop_cap_hit records it so the episode is flagged and truncated, never silently
+        different from the program."""
         if s.orelse:
             raise unsupported(s, "while ... else")
         saved = (frame.mask, frame.brk, frame.cont)
-        frame.mask = frame.active()
+        frame.mask = frame.local_active()  # returned paths stay out through frame.ret
         frame.brk = False
+        dynamic_passes = 0
         for _ in range(10_000):
             frame.cont = False
             cond = self.condition(s.test, frame)
-            if is_dyn(cond):
-                raise unsupported(s, "while loop with a data-dependent bound")
-            if not cond:
+            if not is_dyn(cond) and not cond:
+                break
+            if dynamic_passes or is_dyn(cond) or is_dyn(frame.brk):
+                if dynamic_passes == MAX_WHILE_ITERATIONS:
+                    self.loop_cap_hit = or_(self.loop_cap_hit, and_(frame.active(), cond))
+                    self.loop_cap_lines.add(s.lineno)
+                    break
+                dynamic_passes += 1
+            frame.mask = and_(frame.mask, cond)
+            if frame.dead():
                 break
             self.exec_block(s.body, frame)
             if frame.brk is True or frame.ret is True:
                 break
-            if is_dyn(frame.brk):
-                raise unsupported(s, "while loop with a data-dependent break")
         else:
             raise unsupported(s, "while loop that runs more than 10000 times")
         frame.mask, frame.brk, frame.cont = saved
@@ -228,7 +244,7 @@ class Statements:
         return (
             {k: copy(v) for k, v in frame.locals.items()},
             {k: copy(v) for k, v in self.attrs.items()},
-            frame.mask, frame.ret, frame.retval, frame.brk, frame.cont, self.key,
+            frame.mask, frame.ret, frame.retval, frame.brk, frame.cont, self.key, self.loop_cap_hit,
         )
 
     def _restore(self, frame, snap):
@@ -236,7 +252,7 @@ class Statements:
         frame.locals.update(snap[0])
         self.attrs.clear()
         self.attrs.update(snap[1])
-        frame.mask, frame.ret, frame.retval, frame.brk, frame.cont, self.key = snap[2:]
+        frame.mask, frame.ret, frame.retval, frame.brk, frame.cont, self.key, self.loop_cap_hit = snap[2:]
 
     # ----- assignment -------------------------------------------------------------------------
 
@@ -246,6 +262,7 @@ class Statements:
             return
         if isinstance(target, ast.Name):
             old = frame.locals.get(target.id, _UNSET)
+            act = frame.local_active()
             frame.locals[target.id] = value if (act is True or old is _UNSET) else self.merge(act, value, old, target)
         elif isinstance(target, ast.Attribute):
             if not (isinstance(target.value, ast.Name) and target.value.id == "self"):
