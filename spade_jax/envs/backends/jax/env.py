@@ -131,6 +131,8 @@ class TranspiledEnv(environment.Environment):
 
     def _copy_init(self):
         def copy(v):
+            if isinstance(v, dict):
+                return {k: copy(x) for k, x in v.items()}
             return [copy(x) for x in v] if isinstance(v, list) else v
 
         return {k: copy(v) for k, v in self._init_attrs.items()}
@@ -233,6 +235,10 @@ class TranspiledEnv(environment.Environment):
                 continue
             new = self._infer(value, name)
             old = self.specs.get(name)
+            if old is not None and "dict" in (old.kind, new.kind) and (old.kind, old.keys) != (new.kind, new.keys):
+                raise UnsupportedProgram(
+                    f"attribute self.{name} changes its keys ({old.describe()} -> {new.describe()}; a dict in "
+                    "state must keep the same keys in the same order)")
             if old is not None and old.elem is not None and new.elem is not None and old.length != new.length:
                 raise UnsupportedProgram(
                     f"attribute self.{name} changes length ({old.length} -> {new.length} items; lists in state "
@@ -243,6 +249,7 @@ class TranspiledEnv(environment.Environment):
         return (
             is_dyn(v) or isinstance(v, (StrId, Text, Masked, ActionVal))
             or (isinstance(v, (list, tuple)) and any(self._dynamic(x) for x in v))
+            or (isinstance(v, dict) and any(self._dynamic(x) for x in v.values()))
         )
 
     def _infer(self, v, name) -> Spec:
@@ -276,7 +283,13 @@ class TranspiledEnv(environment.Environment):
                 f"{where} holds text composed from data (only strings from a fixed set can be state)"
             )
         if isinstance(v, dict):
-            raise UnsupportedProgram(f"{where} is a dict (use fixed-length lists)")
+            keys = tuple(v.keys())
+            if not all(isinstance(k, (str, int)) and not isinstance(k, bool) for k in keys):
+                raise UnsupportedProgram(f"{where} is a dict whose keys are not constant strings or ints")
+            elem = None
+            for x in v.values():
+                elem = join_specs(elem, self._infer(x, name), where)
+            return Spec("dict", len(keys), elem or Spec(INT), keys)
         raise UnsupportedProgram(f"{where} holds an unsupported value ({type(v).__name__})")
 
     def _to_array(self, it, v, spec: Spec, name):
@@ -291,6 +304,10 @@ class TranspiledEnv(environment.Environment):
                 raise UnsupportedProgram(f"attribute self.{name} mixes numbers and non-numbers")
             v = v.astype(jnp.int32) if (is_dyn(v) and v.dtype == jnp.bool_ and spec.kind != BOOL) else v
             return jnp.asarray(v, DTYPES[spec.kind])
+        if spec.kind == "dict":
+            if not isinstance(v, dict) or tuple(v.keys()) != spec.keys:
+                raise UnsupportedProgram(f"attribute self.{name} changes its keys (a dict in state keeps its keys)")
+            v = list(v.values())
         if not isinstance(v, (list, tuple)) or len(v) != spec.length:
             raise UnsupportedProgram(f"attribute self.{name} changes shape (lists in state must keep their length)")
         if spec.length == 0:
@@ -310,6 +327,8 @@ class TranspiledEnv(environment.Environment):
         if spec.elem is None:
             return StrId(arr) if spec.kind == STR else arr
         items = [self._from_array(arr[i], spec.elem) for i in range(spec.length)]
+        if spec.kind == "dict":
+            return dict(zip(spec.keys, items))
         return tuple(items) if spec.kind == "tuple" else items
 
     def _unpack_attrs(self, arrays) -> dict:
@@ -519,6 +538,8 @@ class TranspiledEnv(environment.Environment):
                 return int(arr)
             return float(arr)
         items = [self._to_python(arr[i], spec.elem) for i in range(spec.length)]
+        if spec.kind == "dict":
+            return dict(zip(spec.keys, items))
         return tuple(items) if spec.kind == "tuple" else items
 
     def state_with(self, attrs, record, time=0, terminated=False, truncated=False) -> EnvState:
@@ -552,6 +573,10 @@ class TranspiledEnv(environment.Environment):
             if spec.kind == INT and not (-(2**31) <= int(v) < 2**31):
                 raise ValueError(f"self.{name} = {v} overflows int32")
             return v
+        if spec.kind == "dict":
+            if not isinstance(v, dict) or tuple(v.keys()) != spec.keys:
+                raise ValueError(f"self.{name} does not have the keys {list(spec.keys)}")
+            v = list(v.values())
         if not isinstance(v, (list, tuple)) or len(v) != spec.length:
             raise ValueError(f"self.{name} does not have {spec.length} items")
         return [self._from_python(x, spec.elem, name) for x in v]

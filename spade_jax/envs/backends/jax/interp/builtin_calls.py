@@ -67,6 +67,10 @@ class Builtins:
             raise unsupported(node, f"len of {_kind_name(v)}")
         if name == "range":
             raise unsupported(node, "range with a data-dependent bound")
+        if name == "dict":
+            if len(args) == 1 and not kwargs and isinstance(args[0], dict):
+                return dict(args[0])
+            raise unsupported(node, "dict() of data-dependent values other than a copy of a dict")
         if name in ("int", "float", "bool"):
             return self.convert(name, args[0] if args else 0, node)
         if name in ("str", "repr"):

@@ -110,6 +110,8 @@ class Interp(Statements, Expressions, Operators, Containers, Calls, ActionValues
             return True
         if isinstance(v, (list, tuple)):
             return any(self._has_dyn(x) for x in v)
+        if isinstance(v, dict):
+            return any(self._has_dyn(x) for x in v.values())
         return False
 
     def _host_call(self, fn, args, kwargs, node):

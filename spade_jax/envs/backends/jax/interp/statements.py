@@ -239,6 +239,8 @@ class Statements:
         def copy(v):
             if isinstance(v, list):
                 return [copy(x) for x in v]
+            if isinstance(v, dict):
+                return {k: copy(x) for k, x in v.items()}
             return v
 
         return (
@@ -304,10 +306,21 @@ class Statements:
     def set_in(self, container, idxs, value, cond, node):
         idx = idxs[0]
         if isinstance(idx, ActionVal):
+            if isinstance(container, dict):
+                self._check_action_keys(container, idx, node)
             idx = self.lower(idx)
         if isinstance(container, dict):
             if is_dyn(idx) or isinstance(idx, StrId):
-                raise unsupported(node, "dict item assignment with a data-dependent key")
+                # One predicated store per key; a key outside the dict would add an item in Python.
+                for k in list(container.keys()):
+                    c = and_(cond, self.compare_eq(idx, k, node))
+                    if c is False:
+                        continue
+                    if len(idxs) > 1:
+                        self.set_in(container[k], idxs[1:], value, c, node)
+                    else:
+                        container[k] = self.merge(c, value, container[k], node)
+                return
             if len(idxs) > 1:
                 return self.set_in(container[idx], idxs[1:], value, cond, node)
             container[idx] = (
@@ -338,6 +351,18 @@ class Statements:
             else:
                 container[k] = self.merge(c, value, container[k], node)
 
+    def _check_action_keys(self, container: dict, key: ActionVal, node):
+        """A dict keeps a fixed key set: every action text that reaches this store must name a key
+        the dict already has (Python would add a new item)."""
+        apath = self._cur_apath
+        for text in self.vocab or []:
+            if apath is not None and apath.eval(text) is not True:
+                continue
+            k = key.eval(text)
+            if k is not _FAIL and k not in container:
+                raise unsupported(node, f"dict item assignment with key {k!r} from the action (not among the dict's "
+                                  "keys; a dict in state keeps a fixed key set)")
+
     # ----- merging values at the end of data-dependent branches ------------------------------
 
     def merge(self, c, a, b, node):
@@ -353,12 +378,9 @@ class Statements:
         if isinstance(b, ActionVal):
             b = self.lower(b)
         if isinstance(a, dict) and isinstance(b, dict):
-            if a.keys() == b.keys():
-                try:
-                    return {k: self.merge(c, a[k], b[k], node) for k in a}
-                except UnsupportedProgram:
-                    return {}
-            return {}
+            if list(a.keys()) != list(b.keys()):
+                raise unsupported(node, f"a dict with keys {list(a)} on one path and {list(b)} on another")
+            return {k: self.merge(c, a[k], b[k], node) for k in a}
         if a is None or b is None:
             if a is None and b is None:
                 return None
