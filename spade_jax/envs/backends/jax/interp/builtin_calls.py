@@ -12,6 +12,7 @@ from spade_jax.envs.backends.jax.interp.predication import and_, not_, or_
 from spade_jax.envs.backends.jax.interp.values import (
     _HOST_BUILTINS,
     BoundMethod,
+    DynRange,
     Lambda,
     RngObj,
     SeedArg,
@@ -21,6 +22,7 @@ from spade_jax.envs.backends.jax.interp.values import (
     _has_av,
     _kind_name,
     _num,
+    is_dyn,
     is_num,
     kind_of,
 )
@@ -66,7 +68,18 @@ class Builtins:
                 return self.table_map(v, len, INT)
             raise unsupported(node, f"len of {_kind_name(v)}")
         if name == "range":
-            raise unsupported(node, "range with a data-dependent bound")
+            if kwargs or not 1 <= len(args) <= 3 or not all(is_num(a) and kind_of(a) != FLOAT for a in args):
+                raise unsupported(node, "range() of non-integers")
+            start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) > 2 else 1)
+            if is_dyn(step) or step == 0:
+                raise unsupported(node, "range with a data-dependent step")
+            return DynRange(start, stop, step)
+        if name in ("list", "enumerate") and args and isinstance(args[0], StrId):
+            chars = self.chars(args[0], node)  # the characters of a data-dependent string
+            if name == "list":
+                return chars
+            start = args[1] if len(args) > 1 else kwargs.get("start", 0)
+            return Masked([(c, (self.binop(ast.Add(), start, i, node), ch)) for i, (c, ch) in enumerate(chars.items)])
         if name == "dict":
             if len(args) == 1 and not kwargs and isinstance(args[0], dict):
                 return dict(args[0])

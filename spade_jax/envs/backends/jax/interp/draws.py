@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from spade_jax.envs.backends.jax.interp.predication import _NeedsState
 from spade_jax.envs.backends.jax.interp.values import _num
-from spade_jax.envs.backends.jax.ir import Masked, unsupported
+from spade_jax.envs.backends.jax.ir import Masked, StrId, unsupported
 
 
 class RandomDraws:
@@ -94,6 +94,8 @@ class RandomDraws:
             if len(seq) == 0:
                 raise unsupported(node, "choice from an empty range")
             return seq.start + seq.step * jax.random.randint(self.next_key(node), (), 0, len(seq), jnp.int32)
+        if isinstance(seq, StrId):
+            seq = self.chars(seq, node)  # random.choice(word): a position of the string, uniformly
         if isinstance(seq, Masked):
             conds = jnp.stack([jnp.asarray(c, bool) for c, _ in seq.items])
             logits = jnp.where(conds, 0.0, -jnp.inf)

@@ -29,6 +29,10 @@ from spade_jax.envs.backends.jax.ir import (
     unsupported,
 )
 
+# Longest string whose characters a loop may visit (for ch in word, enumerate(word), choice(word)):
+# each position is one predicated pass of the loop body.
+MAX_STRING_CHARS = 64
+
 
 class TextOps:
     """Mixin of Interp: strings as table ids and observations as text templates."""
@@ -55,6 +59,19 @@ class TextOps:
         dtype = {INT: np.int32, BOOL: np.bool_, FLOAT: np.float32}[result_kind]
         arr = np.array([0 if o is _FAIL else o for o in outs], dtype)
         return table_lookup(arr, sid.id)
+
+    def chars(self, sid: StrId, node) -> Masked:
+        """The characters of a data-dependent string as a filtered list: position i exists where
+        the string is longer than i. Its capacity is the longest string the table holds, at most
+        MAX_STRING_CHARS (the table holds every string the program can have at this point)."""
+        longest = max((len(x) for x in self.table.strings), default=0)
+        if longest > MAX_STRING_CHARS:
+            raise unsupported(node, f"loop over the characters of a string that can be longer than {MAX_STRING_CHARS} "
+                              "characters")
+        return Masked([
+            (self.table_map(sid, lambda x, i=i: i < len(x), BOOL), self.table_map(sid, lambda x, i=i: x[i], STR))
+            for i in range(longest)
+        ])
 
     def to_text(self, v, spec, node) -> Text:
         if isinstance(v, Text):

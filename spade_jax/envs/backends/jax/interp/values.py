@@ -54,6 +54,13 @@ class Lambda:
         self.frame = frame
 
 
+class DynRange:
+    """range() with a data-dependent bound; loops over it unroll like a data-dependent while loop."""
+
+    def __init__(self, start, stop, step):
+        self.start, self.stop, self.step = start, stop, step
+
+
 class _Builtin:
     def __init__(self, name):
         self.name = name
