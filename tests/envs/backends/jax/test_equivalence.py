@@ -96,8 +96,9 @@ def test_hypothesis_from_python_reset():
 
 
 def test_try_jax_backend_reports_reasons():
+    # Collatz counts from n <= 50 reach 111 steps: past the while-loop cap on some seeds.
     env, reason = try_jax_backend((CORPUS / "unsupported_while.py").read_text(), in_process=True)
-    assert env is None and reason.startswith("line 15: while loop with a data-dependent bound")
+    assert env is None and "the while loop at line 15 ran past its cap of 64 passes" in reason
     program = library_program("target_number")
     env, reason = try_jax_backend(program.source, program.class_name, in_process=True, n_episodes=2, n_steps=4)
     assert reason is None and env.name == "TargetNumberEnv"
