@@ -70,7 +70,8 @@ class Builtins:
         if name == "range":
             if kwargs or not 1 <= len(args) <= 3 or not all(is_num(a) and kind_of(a) != FLOAT for a in args):
                 raise unsupported(node, "range() of non-integers")
-            start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) > 2 else 1)
+            start, stop = (0, args[0]) if len(args) == 1 else (args[0], args[1])
+            step = args[2] if len(args) > 2 else 1
             if is_dyn(step) or step == 0:
                 raise unsupported(node, "range with a data-dependent step")
             return DynRange(start, stop, step)

@@ -26,7 +26,20 @@ from spade_jax.envs.backends.jax.interp.values import (
     _ModAttr,
     _num,
 )
-from spade_jax.envs.backends.jax.ir import BOOL, INT, STR, ActionVal, Masked, StrId, TCat, Text, TLit, TSel, TVal, unsupported
+from spade_jax.envs.backends.jax.ir import (
+    BOOL,
+    INT,
+    STR,
+    ActionVal,
+    Masked,
+    StrId,
+    TCat,
+    Text,
+    TLit,
+    TSel,
+    TVal,
+    unsupported,
+)
 
 
 class Calls:

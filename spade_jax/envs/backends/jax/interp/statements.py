@@ -46,7 +46,6 @@ from spade_jax.envs.backends.jax.ir import (
     unsupported,
 )
 
-
 # Passes a data-dependent while loop is unrolled for (redraw-until-different loops need a few; a
 # Collatz count from n <= 50 needs up to 111). Each pass adds the body's operations to the trace.
 MAX_WHILE_ITERATIONS = 64
