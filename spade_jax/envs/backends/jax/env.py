@@ -102,7 +102,7 @@ class TranspiledEnv(environment.Environment):
         self.table = StringTable()
         self.specs: dict[str, Spec] = {}
         self.rng_attrs: set[str] = set()
-        self.loop_cap_lines: set[int] = set()  # lines of while loops that can reach their pass cap
+        self.loop_cap_lines: dict[int, int] = {}  # line of a loop that can reach its pass cap -> the cap
         self.templates: list = [None, None]
         self.obs_sizes = (0, 0)
         self._features: list = []

@@ -179,11 +179,9 @@ def _play_episode(env, program, episode, seed, n_steps, rng, mismatches) -> int:
 
 
 def _cap_message(env) -> str:
-    from spade_jax.envs.backends.jax.interp.statements import MAX_WHILE_ITERATIONS
-
-    lines = ", ".join(str(n) for n in sorted(env.loop_cap_lines))
-    return (f"the while loop at line {lines} ran past its cap of {MAX_WHILE_ITERATIONS} passes on the JAX backend "
-            "(the episode is truncated there; the program keeps looping)")
+    loops = ", ".join(f"line {line} (cap {cap} passes)" for line, cap in sorted(env.loop_cap_lines.items()))
+    return (f"a loop ran past its cap on the JAX backend: {loops} (the device episode is truncated there; the program "
+            "keeps looping)")
 
 
 def verify_equivalence(transpiled: TranspiledEnv, source: str, class_name: str, pool=None) -> None:

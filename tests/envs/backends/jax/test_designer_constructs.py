@@ -15,7 +15,7 @@ from spade_jax.envs.backends.jax import (
     transpile,
     try_jax_backend,
 )
-from spade_jax.envs.backends.jax.interp.statements import MAX_WHILE_ITERATIONS
+from spade_jax.envs.backends.jax.interp.loops import MAX_WHILE_ITERATIONS, MAX_WHILE_PASSES
 from spade_jax.envs.backends.jax.interp.text import MAX_STRING_CHARS
 
 HELDOUT = pathlib.Path(__file__).resolve().parent / "heldout"
@@ -88,22 +88,22 @@ def test_while_true_with_data_dependent_break_matches_python(n):
 
 
 CAPPED = _program(
-    "self.x = rng.randint(0, 5)\nwhile self.x < 1000:\n    self.x += 1\nreturn f'x={self.x}', {}",
+    "self.x = rng.randint(0, 5)\nwhile self.x < 5000:\n    self.x += 1\nreturn f'x={self.x}', {}",
     "return f'x={self.x}', 0.0, False, False, {}",
 )
 
 
 def test_loop_past_its_cap_is_flagged_truncated_and_declined():
     env = transpile(CAPPED, fast_compile=True)
-    assert env.loop_cap_lines == {9}
+    assert env.loop_cap_lines == {9: MAX_WHILE_PASSES}
     obs, state = env.reset(jax.random.PRNGKey(0), env.default_params)
     assert bool(env.loop_cap_hit(state))
-    # The device value stopped after MAX_WHILE_ITERATIONS passes; Python would reach 1000.
-    assert int(state.attrs["x"]) < 1000
+    # The device loop stopped after MAX_WHILE_PASSES passes; Python would reach 5000.
+    assert int(state.attrs["x"]) <= 5 + MAX_WHILE_PASSES
     _, _, _, terminated, truncated, info = env.step(jax.random.PRNGKey(1), state, 0, env.default_params)
     assert bool(info["loop_cap_hit"]) and bool(info["program_truncated"])
     report = check_equivalence(CAPPED, n_episodes=2, n_steps=2, in_process=True)
-    assert f"the while loop at line 9 ran past its cap of {MAX_WHILE_ITERATIONS} passes" in report.mismatches[0]
+    assert f"a loop ran past its cap on the JAX backend: line 9 (cap {MAX_WHILE_PASSES} passes)" in report.mismatches[0]
     env, reason = try_jax_backend(CAPPED, in_process=True, n_episodes=2, n_steps=2)
     assert env is None and "ran past its cap" in reason and "\n" not in reason
 
@@ -117,6 +117,25 @@ def test_loop_under_its_cap_keeps_the_flag_clear_in_step():
     attrs = env.state_from_python({"x": 0}).attrs
     arrays, jx = _jax_step(env, attrs, "a")
     assert jx == _python_step(source, {"x": 0}, "a") and not bool(env.loop_cap_hit(arrays))
+
+
+TEXT_LOOP = _program(
+    "self.n = rng.randint(0, 9)\nreturn 'go', {}",
+    "bar = ''\ni = 0\nwhile i < self.n:\n    bar += '#' if i % 2 == 0 else '='\n    i += 1\n"
+    "return f'[{bar}] {i}', 0.0, True, False, {}",
+)
+
+
+@pytest.mark.parametrize("n", [0, 1, 4, 9, MAX_WHILE_ITERATIONS, MAX_WHILE_ITERATIONS + 1])
+def test_loop_building_text_unrolls_up_to_its_own_cap(n):
+    # Composed text cannot ride in a lax.while_loop carry: this loop unrolls, with its own cap.
+    env = transpile(TEXT_LOOP, fast_compile=True)
+    assert env.loop_cap_lines == {14: MAX_WHILE_ITERATIONS}
+    arrays, jx = _jax_step(env, env.state_from_python({"n": n}).attrs, "a")
+    if n <= MAX_WHILE_ITERATIONS:
+        assert jx == _python_step(TEXT_LOOP, {"n": n}, "a") and not bool(env.loop_cap_hit(arrays))
+    else:
+        assert bool(env.loop_cap_hit(arrays)) and jx[3] is True  # flagged and truncated
 
 
 # ----- dicts with a fixed key set --------------------------------------------------------------------

@@ -28,7 +28,7 @@ class ActionValues:
         indexed by the action id."""
         apath = self._cur_apath
         key = (id(av), id(apath))
-        if key in self._lowered:
+        if key in self._lowered and self._lowered[key][2] is not None:
             return self._lowered[key][2]
         if self.vocab is None or self.action_id is None:
             raise UnsupportedProgram("the action text is used outside step()")

@@ -114,7 +114,7 @@ class Containers:
     def dyn_range_items(self, r: DynRange, node) -> Masked:
         """range(start, stop, step) with a data-dependent bound: MAX_WHILE_ITERATIONS predicated
         items, like the equivalent while loop, with the same cap flag where stop lies beyond them."""
-        from spade_jax.envs.backends.jax.interp.statements import MAX_WHILE_ITERATIONS
+        from spade_jax.envs.backends.jax.interp.loops import MAX_WHILE_ITERATIONS
 
         start, stop, step = (_as(_num(x), jnp.int32) if is_dyn(x) else x for x in (r.start, r.stop, r.step))
         items = []
@@ -125,7 +125,7 @@ class Containers:
         beyond = start + MAX_WHILE_ITERATIONS * step
         over = (lax.lt if step > 0 else lax.gt)(_as(beyond, jnp.int32), _as(stop, jnp.int32))
         self.loop_cap_hit = or_(self.loop_cap_hit, and_(self._current_mask, over))
-        self.loop_cap_lines.add(node.lineno)
+        self.loop_cap_lines[node.lineno] = MAX_WHILE_ITERATIONS
         return Masked(items)
 
     def iterate_plain(self, v, node) -> list:

@@ -12,6 +12,7 @@ from spade_jax.envs.backends.jax.interp.calls import Calls
 from spade_jax.envs.backends.jax.interp.containers import Containers
 from spade_jax.envs.backends.jax.interp.draws import RandomDraws
 from spade_jax.envs.backends.jax.interp.expressions import MAX_TRACED_OPS, Expressions
+from spade_jax.envs.backends.jax.interp.loops import Loops
 from spade_jax.envs.backends.jax.interp.operators import Operators
 from spade_jax.envs.backends.jax.interp.predication import _UNSET, Frame, _NeedsState
 from spade_jax.envs.backends.jax.interp.statements import Statements
@@ -23,7 +24,9 @@ if TYPE_CHECKING:  # Program builds an Interp to fold its constants
     from spade_jax.envs.backends.jax.interp.program import Program
 
 
-class Interp(Statements, Expressions, Operators, Containers, Calls, ActionValues, TextOps, RandomDraws, Builtins):
+class Interp(
+    Statements, Loops, Expressions, Operators, Containers, Calls, ActionValues, TextOps, RandomDraws, Builtins
+):
     """One trace of a method. `host=True` evaluates on concrete Python values only (used to run
     action-parsing helpers on candidate action texts)."""
 
@@ -48,7 +51,7 @@ class Interp(Statements, Expressions, Operators, Containers, Calls, ActionValues
         self._try_stack: list = []
         self.depth = 0
         self.loop_cap_hit = False  # see Statements.exec_while
-        self.loop_cap_lines: set[int] = set()
+        self.loop_cap_lines: dict[int, int] = {}  # line of a loop that can reach its cap -> the cap
 
     # ----- method calls -----------------------------------------------------------------------
 

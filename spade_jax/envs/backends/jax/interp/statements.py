@@ -46,15 +46,9 @@ from spade_jax.envs.backends.jax.ir import (
     unsupported,
 )
 
-# Passes a data-dependent while loop is unrolled for (redraw-until-different loops need a few; a
-# Collatz count from n <= 50 needs up to 111). Each pass adds the body's operations to the trace.
-MAX_WHILE_ITERATIONS = 64
-
 
 class Statements:
     """Mixin of Interp: executes statements; a data-dependent branch runs both ways under its condition."""
-
-    loop_cap_hit = False  # traced bool: a data-dependent while loop still wanted to run at its cap
 
     # ----- statements -------------------------------------------------------------------------
 
@@ -157,39 +151,6 @@ class Statements:
             frame.mask = inner
             if frame.brk is True or frame.ret is True:
                 break
-        frame.mask, frame.brk, frame.cont = saved
-
-    def exec_while(self, s: ast.While, frame: Frame):
-        """A loop decided at trace time unrolls exactly (up to 10000 passes). Once its condition
-        (or a break) depends on data it unrolls at most MAX_WHILE_ITERATIONS more passes under a
-        predicate, as a bounded while_loop would; where the loop would still run after the last
-        pass, loop_cap_hit records it so the episode is flagged and truncated, never silently
-        different from the program."""
-        if s.orelse:
-            raise unsupported(s, "while ... else")
-        saved = (frame.mask, frame.brk, frame.cont)
-        frame.mask = frame.local_active()  # returned paths stay out through frame.ret
-        frame.brk = False
-        dynamic_passes = 0
-        for _ in range(10_000):
-            frame.cont = False
-            cond = self.condition(s.test, frame)
-            if not is_dyn(cond) and not cond:
-                break
-            if dynamic_passes or is_dyn(cond) or is_dyn(frame.brk):
-                if dynamic_passes == MAX_WHILE_ITERATIONS:
-                    self.loop_cap_hit = or_(self.loop_cap_hit, and_(frame.active(), cond))
-                    self.loop_cap_lines.add(s.lineno)
-                    break
-                dynamic_passes += 1
-            frame.mask = and_(frame.mask, cond)
-            if frame.dead():
-                break
-            self.exec_block(s.body, frame)
-            if frame.brk is True or frame.ret is True:
-                break
-        else:
-            raise unsupported(s, "while loop that runs more than 10000 times")
         frame.mask, frame.brk, frame.cont = saved
 
     def exec_try(self, s: ast.Try, frame: Frame):
