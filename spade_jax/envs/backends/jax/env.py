@@ -29,9 +29,13 @@ from spade_jax.envs.backends.jax.ir import (
     StringTable,
     Text,
     TLit,
+    TSel,
+    TVal,
     UnsupportedProgram,
+    cat,
     join_specs,
     render,
+    str_domain,
     template_text,
 )
 
@@ -48,6 +52,54 @@ MAX_PRODUCT = 4096  # digit strings enumerated per length from the solution's di
 # passes (reset or any step so far). The step that sees it truncates the episode and reports it in
 # info["loop_cap_hit"]; the equivalence check names the loop. Never shown to the program.
 LOOP_CAP_ATTR = "__loop_cap_hit__"
+
+
+# Composed text in state (self.cipher = "".join(...)): stored as this many string-table ids at
+# most, concatenated; a value loaded from Python is split into single characters.
+MAX_TEXT_PIECES = 256
+TEXT = "text"
+_PRINTABLE = [chr(c) for c in range(32, 127)] + [""]
+
+
+def _strings_in(v) -> list:
+    """The str and StrId scalars inside an attribute value."""
+    if isinstance(v, (str, StrId)):
+        return [v]
+    if isinstance(v, (list, tuple)):
+        return [x for item in v for x in _strings_in(item)]
+    if isinstance(v, dict):
+        return [x for item in v.values() for x in _strings_in(item)]
+    return []
+
+
+def _count_pieces(t, where) -> int:
+    if isinstance(t, TLit):
+        return 1
+    if isinstance(t, TVal):
+        if t.kind != STR or t.spec:
+            raise UnsupportedProgram(f"{where} holds text with a number formatted into it (store the number and "
+                                     "format it where the text is shown)")
+        return 1
+    if isinstance(t, TSel):
+        return _count_pieces(t.a, where) + _count_pieces(t.b, where)
+    return sum(_count_pieces(p, where) for p in t.parts)
+
+
+def _text_pieces(it, t, cond, where) -> list:
+    """String-table ids whose concatenation is the text t (pieces off the taken branch are "")."""
+    empty = it.table.id("")
+    if isinstance(t, TLit):
+        sid = it.table.id(t.s)
+        return [sid if cond is True else jnp.where(cond, sid, empty)]
+    if isinstance(t, TVal):
+        _count_pieces(t, where)
+        return [t.value if cond is True else jnp.where(cond, t.value, empty)]
+    if isinstance(t, TSel):
+        c = jnp.asarray(t.cond, jnp.bool_)
+        on = c if cond is True else jnp.logical_and(cond, c)
+        off = jnp.logical_not(c) if cond is True else jnp.logical_and(cond, jnp.logical_not(c))
+        return _text_pieces(it, t.a, on, where) + _text_pieces(it, t.b, off, where)
+    return [p for part in t.parts for p in _text_pieces(it, part, cond, where)]
 
 
 @struct.dataclass
@@ -102,6 +154,7 @@ class TranspiledEnv(environment.Environment):
         self.table = StringTable()
         self.specs: dict[str, Spec] = {}
         self.rng_attrs: set[str] = set()
+        self.str_domains: dict = {}  # attribute -> the strings it can hold (None: unknown)
         self.loop_cap_lines: dict[int, int] = {}  # line of a loop that can reach its pass cap -> the cap
         self.templates: list = [None, None]
         self.obs_sizes = (0, 0)
@@ -235,6 +288,20 @@ class TranspiledEnv(environment.Environment):
                 continue
             new = self._infer(value, name)
             old = self.specs.get(name)
+            strs = _strings_in(value)
+            if strs:
+                known = name not in self.str_domains or self.str_domains[name] is not None
+                dom = str_domain(*strs) if known else None
+                if dom is not None and self.str_domains.get(name) is not None:
+                    dom = dom | self.str_domains[name]
+                self.str_domains[name] = dom
+            if old is not None and TEXT in (old.kind, new.kind):
+                # Composed text: as many pieces as the longest composition (a plain string is one).
+                if {old.kind, new.kind} <= {TEXT, STR}:
+                    self.specs[name] = Spec(TEXT, max(old.length, new.length, 1), Spec(STR))
+                    continue
+                raise UnsupportedProgram(f"attribute self.{name} holds composed text in one place and "
+                                         f"{(new if old.kind == TEXT else old).describe()} in another")
             if old is not None and "dict" in (old.kind, new.kind) and (old.kind, old.keys) != (new.kind, new.keys):
                 raise UnsupportedProgram(
                     f"attribute self.{name} changes its keys ({old.describe()} -> {new.describe()}; a dict in "
@@ -279,9 +346,13 @@ class TranspiledEnv(environment.Environment):
                 f"{where} is a list whose length depends on the game (lists in state must have a fixed length)"
             )
         if isinstance(v, Text):
-            raise UnsupportedProgram(
-                f"{where} holds text composed from data (only strings from a fixed set can be state)"
-            )
+            n = _count_pieces(v, where)
+            if n > MAX_TEXT_PIECES:
+                raise UnsupportedProgram(
+                    f"{where} holds text composed from more than {MAX_TEXT_PIECES} pieces (build it from fewer)")
+            for ch in _PRINTABLE:  # a Python-side value of this text is stored one character per piece
+                self.table.id(ch)
+            return Spec(TEXT, n, Spec(STR))
         if isinstance(v, dict):
             keys = tuple(v.keys())
             if not all(isinstance(k, (str, int)) and not isinstance(k, bool) for k in keys):
@@ -295,6 +366,15 @@ class TranspiledEnv(environment.Environment):
     def _to_array(self, it, v, spec: Spec, name):
         if isinstance(v, ActionVal):
             v = it.lower(v)
+        if spec.kind == TEXT:
+            if isinstance(v, (str, StrId)):
+                v = it.to_text(v, "", None)
+            if not isinstance(v, Text):
+                raise UnsupportedProgram(f"attribute self.{name} mixes composed text and non-strings")
+            pieces = _text_pieces(it, v, True, f"attribute self.{name}")
+            empty = jnp.int32(self.table.id(""))
+            pieces += [empty] * (spec.length - len(pieces))
+            return jnp.stack([jnp.asarray(p, jnp.int32) for p in pieces])
         if spec.elem is None:
             if spec.kind == STR:
                 if not isinstance(v, (str, StrId)):
@@ -323,10 +403,12 @@ class TranspiledEnv(environment.Environment):
                 out[name] = jnp.zeros(spec.shape, DTYPES[spec.scalar])
         return out
 
-    def _from_array(self, arr, spec: Spec):
+    def _from_array(self, arr, spec: Spec, domain=None):
+        if spec.kind == TEXT:
+            return cat(*[TVal(STR, arr[i]) for i in range(spec.length)])
         if spec.elem is None:
-            return StrId(arr) if spec.kind == STR else arr
-        items = [self._from_array(arr[i], spec.elem) for i in range(spec.length)]
+            return StrId(arr, domain) if spec.kind == STR else arr
+        items = [self._from_array(arr[i], spec.elem, domain) for i in range(spec.length)]
         if spec.kind == "dict":
             return dict(zip(spec.keys, items))
         return tuple(items) if spec.kind == "tuple" else items
@@ -334,7 +416,7 @@ class TranspiledEnv(environment.Environment):
     def _unpack_attrs(self, arrays) -> dict:
         attrs = self._copy_init()
         for name, spec in self.specs.items():
-            attrs[name] = self._from_array(arrays[name], spec)
+            attrs[name] = self._from_array(arrays[name], spec, self.str_domains.get(name))
         return attrs
 
     # ----- building ---------------------------------------------------------------------------
@@ -347,9 +429,11 @@ class TranspiledEnv(environment.Environment):
 
     def _stable_trace(self):
         for _ in range(6):
-            before = (dict(self.specs), len(self.table), self.obs_sizes, frozenset(self.rng_attrs))
+            before = (dict(self.specs), len(self.table), self.obs_sizes, frozenset(self.rng_attrs),
+                      dict(self.str_domains))
             self._trace_all()
-            if before == (dict(self.specs), len(self.table), self.obs_sizes, frozenset(self.rng_attrs)):
+            if before == (dict(self.specs), len(self.table), self.obs_sizes, frozenset(self.rng_attrs),
+                          dict(self.str_domains)):
                 return
         raise UnsupportedProgram("the state schema did not settle (attributes change type between reset and step)")
 
@@ -529,6 +613,8 @@ class TranspiledEnv(environment.Environment):
         return out
 
     def _to_python(self, arr, spec: Spec):
+        if spec.kind == TEXT:
+            return "".join(self.table.strings[int(i)] for i in arr)
         if spec.elem is None:
             if spec.kind == STR:
                 return self.table.strings[int(arr)]
@@ -563,6 +649,10 @@ class TranspiledEnv(environment.Environment):
                         truncated=jnp.bool_(False))
 
     def _from_python(self, v, spec: Spec, name):
+        if spec.kind == TEXT:
+            if not isinstance(v, str) or len(v) > spec.length or any(ch not in self.table._ids for ch in v):
+                raise ValueError(f"self.{name} = {v!r} does not fit its {spec.length} text pieces")
+            return [self.table._ids[ch] for ch in v] + [self.table._ids[""]] * (spec.length - len(v))
         if spec.elem is None:
             if spec.kind == STR:
                 if not isinstance(v, str) or v not in self.table._ids:

@@ -49,6 +49,20 @@ class StrId:
     """A string from the program's finite set, held on device as its table id."""
 
     id: Any  # int32 jax scalar
+    domain: Any = None  # frozenset of the strings it can hold, when known (bounds loops over its characters)
+
+
+def str_domain(*values):
+    """The strings a mix of str and StrId values can hold, or None when one of them is unknown."""
+    out: set = set()
+    for v in values:
+        if isinstance(v, str):
+            out.add(v)
+        elif isinstance(v, StrId) and v.domain is not None:
+            out |= v.domain
+        else:
+            return None
+    return frozenset(out)
 
 
 @dataclasses.dataclass(eq=False)

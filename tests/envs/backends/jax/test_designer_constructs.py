@@ -220,7 +220,7 @@ def test_strings_longer_than_the_character_cap_are_declined():
 
 @pytest.mark.slow
 def test_range_with_a_data_dependent_bound_matches_python():
-    source = (CORPUS / "unsupported_dynamic_range.py").read_text()
+    source = (CORPUS / "coin_nim_range.py").read_text()
     assert check_equivalence(source, n_episodes=4, n_steps=6, in_process=True).ok
 
 

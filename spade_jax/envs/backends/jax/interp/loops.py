@@ -176,7 +176,7 @@ class Loops:
 
     def _intern(self, v):
         if isinstance(v, str):
-            return StrId(jnp.int32(self.table.id(v)))
+            return StrId(jnp.int32(self.table.id(v)), frozenset([v]))
         if isinstance(v, list):
             return [self._intern(x) for x in v]
         if isinstance(v, tuple):

@@ -43,6 +43,7 @@ from spade_jax.envs.backends.jax.ir import (
     Text,
     UnsupportedProgram,
     select_text,
+    str_domain,
     unsupported,
 )
 
@@ -352,7 +353,7 @@ class Statements:
         if isinstance(a, (str, StrId)) and isinstance(b, (str, StrId)):
             if isinstance(a, str) and isinstance(b, str) and a == b:
                 return a
-            return StrId(where(c, self.str_id(a), self.str_id(b), jnp.int32))
+            return StrId(where(c, self.str_id(a), self.str_id(b), jnp.int32), str_domain(a, b))
         if isinstance(a, (str, StrId)) or isinstance(b, (str, StrId)):
             if is_num(a) or is_num(b):
                 return self.simplify_text(select_text(c, self.to_text(a, "", node), self.to_text(b, "", node)))

@@ -55,7 +55,11 @@ class TextOps:
                 outs.append(_FAIL)
         if result_kind == STR:
             ids = [self.table.id("" if o is _FAIL else str(o)) for o in outs]
-            return StrId(table_lookup(np.array(ids, np.int32), sid.id))
+            domain = None
+            if sid.domain is not None:
+                pos = {x: k for k, x in enumerate(strings)}
+                domain = frozenset(self.table.strings[ids[pos[x]]] if x in pos else "" for x in sid.domain)
+            return StrId(table_lookup(np.array(ids, np.int32), sid.id), domain)
         dtype = {INT: np.int32, BOOL: np.bool_, FLOAT: np.float32}[result_kind]
         arr = np.array([0 if o is _FAIL else o for o in outs], dtype)
         return table_lookup(arr, sid.id)
@@ -64,7 +68,8 @@ class TextOps:
         """The characters of a data-dependent string as a filtered list: position i exists where
         the string is longer than i. Its capacity is the longest string the table holds, at most
         MAX_STRING_CHARS (the table holds every string the program can have at this point)."""
-        longest = max((len(x) for x in self.table.strings), default=0)
+        pool = self.table.strings if sid.domain is None else sid.domain
+        longest = max((len(x) for x in pool), default=0)
         if longest > MAX_STRING_CHARS:
             raise unsupported(node, f"loop over the characters of a string that can be longer than {MAX_STRING_CHARS} "
                               "characters")
