@@ -257,6 +257,20 @@ def test_text_with_a_number_in_state_is_declined():
         transpile(source)
 
 
+DIGIT_TEXT = _program(
+    "self.n = rng.randint(-999, 99999)\nreturn 'go', {}",
+    "s = str(self.n * 3)\ntotal = sum(int(d) for d in s if d != '-')\nsevens = '7' in s\n"
+    "return f'{total} {len(s)} {s[0]} {s[-1]} {sevens}', 0.0, True, False, {}",
+)
+
+
+@pytest.mark.parametrize("n", [0, 5, -4, 33, 12345, 99999, -999])
+def test_characters_of_str_of_a_number_match_python(n):
+    env = transpile(DIGIT_TEXT, fast_compile=True)
+    _, jx = _jax_step(env, env.state_from_python({"n": n}).attrs, "a")
+    assert jx == _python_step(DIGIT_TEXT, {"n": n}, "a")
+
+
 @pytest.mark.slow
 def test_range_with_a_data_dependent_bound_matches_python():
     source = (CORPUS / "coin_nim_range.py").read_text()

@@ -66,6 +66,9 @@ class Builtins:
                 return len(v)
             if isinstance(v, StrId):
                 return self.table_map(v, len, INT)
+            if isinstance(v, Text):
+                present = [jnp.asarray(c, jnp.int32) for c, _ in self.text_chars(v, node).items]
+                return self.call_builtin("sum", [present], {}, node)
             raise unsupported(node, f"len of {_kind_name(v)}")
         if name == "range":
             if kwargs or not 1 <= len(args) <= 3 or not all(is_num(a) and kind_of(a) != FLOAT for a in args):
@@ -75,8 +78,9 @@ class Builtins:
             if is_dyn(step) or step == 0:
                 raise unsupported(node, "range with a data-dependent step")
             return DynRange(start, stop, step)
-        if name in ("list", "enumerate") and args and isinstance(args[0], StrId):
-            chars = self.chars(args[0], node)  # the characters of a data-dependent string
+        if name in ("list", "enumerate") and args and isinstance(args[0], (StrId, Text)):
+            # the characters of a data-dependent string, or of str(n)
+            chars = self.chars(args[0], node) if isinstance(args[0], StrId) else self.text_chars(args[0], node)
             if name == "list":
                 return chars
             start = args[1] if len(args) > 1 else kwargs.get("start", 0)

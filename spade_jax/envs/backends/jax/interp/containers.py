@@ -11,7 +11,7 @@ from jax import lax
 
 from spade_jax.envs.backends.jax.interp.predication import Frame, and_, or_
 from spade_jax.envs.backends.jax.interp.values import DynRange, Lambda, _as, _DictView, _ev, _kind_name, _num, is_dyn
-from spade_jax.envs.backends.jax.ir import _FAIL, ActionVal, Masked, StrId, unsupported
+from spade_jax.envs.backends.jax.ir import _FAIL, ActionVal, Masked, StrId, Text, unsupported
 
 
 class Containers:
@@ -105,6 +105,8 @@ class Containers:
         """(condition, item) pairs of a statically bounded iterable."""
         if isinstance(v, StrId):
             v = self.chars(v, node)
+        if isinstance(v, Text):
+            v = self.text_chars(v, node)
         if isinstance(v, DynRange):
             v = self.dyn_range_items(v, node)
         if isinstance(v, Masked):

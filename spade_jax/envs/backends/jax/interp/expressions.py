@@ -49,6 +49,7 @@ from spade_jax.envs.backends.jax.ir import (
     Masked,
     StrId,
     Text,
+    TVal,
     str_domain,
     unsupported,
 )
@@ -287,6 +288,12 @@ class Expressions:
                 return base[idx]
         if isinstance(base, range):
             base = list(base)
+        if isinstance(base, TVal) and base.kind == INT and not base.spec and not isinstance(idx, (StrId, str)):
+            chars = self.text_chars(base, node)  # str(n)[i]
+            n = self.call_builtin("len", [base], {}, node)
+            i = _as(_num(idx), jnp.int32)
+            i = lax.select(lax.lt(i, np.int32(0)), lax.add(i, n), i)
+            return self.gather([ch for _, ch in chars.items], i, node)
         if isinstance(base, Masked):
             raise unsupported(node, "indexing a filtered list")
         if not isinstance(base, (list, tuple)):

@@ -309,6 +309,8 @@ class Operators:
             raise unsupported(node, "substring test between two data-dependent strings")
         if isinstance(container, str) and isinstance(item, StrId):
             return self.table_map(item, lambda s: s in container, BOOL)
+        if isinstance(container, Text) and isinstance(item, (str, StrId)):
+            container = self.text_chars(container, node)  # "7" in str(n)
         if isinstance(container, dict):
             container = list(container.keys())
         if isinstance(container, range):

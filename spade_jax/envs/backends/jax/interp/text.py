@@ -78,6 +78,30 @@ class TextOps:
             for i in range(longest)
         ])
 
+    def text_chars(self, t, node) -> Masked:
+        """The characters of str(n) for a traced int n (digits, after a '-' when negative): 11
+        positions, position j present where the decimal is longer than j."""
+        if not (isinstance(t, TVal) and t.kind == INT and t.spec == ""):
+            raise unsupported(node, "the characters of composed text (only str() of a whole number is spelled "
+                              "out on device)")
+        x = jnp.asarray(t.value, jnp.int32)
+        neg = x < 0
+        a = jnp.abs(x)
+        powers = np.array([10**k for k in range(10)], np.int64).astype(np.int32)
+        ndig = 1 + sum((a >= int(p)).astype(jnp.int32) for p in powers[1:])
+        sign = neg.astype(jnp.int32)
+        digit_ids = np.array([self.table.id(str(d)) for d in range(10)], np.int32)
+        minus = self.table.id("-")
+        domain = frozenset([str(d) for d in range(10)] + ["-", ""])
+        items = []
+        for j in range(11):
+            i = j - sign  # index among the digits, from the left
+            e = jnp.clip(ndig - 1 - i, 0, 9)
+            digit = (a // table_lookup(powers, e)) % 10
+            cid = jnp.where(jnp.logical_and(neg, j == 0), minus, table_lookup(digit_ids, digit))
+            items.append((j < ndig + sign, StrId(cid, domain)))
+        return Masked(items)
+
     def to_text(self, v, spec, node) -> Text:
         if isinstance(v, Text):
             if spec:
