@@ -279,13 +279,18 @@ def test_range_with_a_data_dependent_bound_matches_python():
 
 # ----- the held-out designer-style corpus --------------------------------------------------------------
 
-SLOW = {"grid_redraw.py", "dice_target.py", "mastermind_colors.py"}
+SLOW = {"grid_redraw.py", "dice_target.py", "mastermind_colors.py", "bank_ledger.py", "treasure_grid.py"}
+# heldout2/ was written after the first round of this work, as a check on programs it had not seen.
+DECLINED = {"distinct_picks.py": "attribute self.nums is a list whose length depends on the game"}
 
 
 @pytest.mark.parametrize(
-    "file", [pytest.param(p.name, marks=pytest.mark.slow) if p.name in SLOW else p.name
-             for p in sorted(HELDOUT.glob("*.py"))],
+    "path", [pytest.param(p, marks=pytest.mark.slow, id=p.name) if p.name in SLOW else pytest.param(p, id=p.name)
+             for p in sorted(HELDOUT.glob("*.py")) + sorted((HELDOUT.parent / "heldout2").glob("*.py"))],
 )
-def test_heldout_program_lands_on_jax(file):
-    env, reason = try_jax_backend((HELDOUT / file).read_text(), in_process=True)
-    assert reason is None, reason
+def test_heldout_program_lands_on_jax_or_names_why(path):
+    env, reason = try_jax_backend(path.read_text(), in_process=True)
+    if path.name in DECLINED:
+        assert env is None and reason.startswith(DECLINED[path.name]) and "\n" not in reason
+    else:
+        assert reason is None, reason
