@@ -155,6 +155,7 @@ class TranspiledEnv(environment.Environment):
         self.specs: dict[str, Spec] = {}
         self.rng_attrs: set[str] = set()
         self.str_domains: dict = {}  # attribute -> the strings it can hold (None: unknown)
+
         self.loop_cap_lines: dict[int, int] = {}  # line of a loop that can reach its pass cap -> the cap
         self.templates: list = [None, None]
         self.obs_sizes = (0, 0)
@@ -203,9 +204,9 @@ class TranspiledEnv(environment.Environment):
 
     def _reset_fn(self, key):
         it, obs = self._trace_reset(key)
-        self._note_loop_cap(it, False)
         self._observe_attrs(it.attrs)
         attrs = self._pack_attrs(it, it.attrs)
+        self._note_loop_cap(it, False, attrs)
         record, template = self._record(it, obs, 0)
         self.templates[0] = template
         return attrs, record
@@ -214,6 +215,7 @@ class TranspiledEnv(environment.Environment):
         prog = self.program
         it = Interp(prog, self.table, vocab=self.vocab, action_id=action_id, in_step=True)
         it.attrs = self._unpack_attrs(attrs_arrays)
+        cap_before = it.attrs.pop(LOOP_CAP_ATTR, False)  # hidden from the program
         for name in self.rng_attrs:
             it.attrs[name] = RngObj()
         fn = prog.methods["step"]
@@ -228,23 +230,24 @@ class TranspiledEnv(environment.Environment):
         reward = self._scalar(it, reward, FLOAT, "reward")
         terminated = self._scalar(it, it.truth(terminated, fn), BOOL, "terminated")
         truncated = self._scalar(it, it.truth(truncated, fn), BOOL, "truncated")
-        cap_hit = self._note_loop_cap(it, it.attrs.get(LOOP_CAP_ATTR, False))
-        if cap_hit is not False:
-            truncated = jnp.logical_or(truncated, cap_hit)
         self._observe_attrs(it.attrs)
         new_attrs = self._pack_attrs(it, it.attrs)
+        cap_hit = self._note_loop_cap(it, cap_before, new_attrs)
+        if cap_hit is not False:
+            truncated = jnp.logical_or(truncated, cap_hit)
         record, template = self._record(it, obs, 1)
         self.templates[1] = template
         self._features = [(av, apath) for av, apath, _ in it._lowered.values()]
         self._last_features = list(it.features)
         return new_attrs, record, reward, terminated, truncated
 
-    def _note_loop_cap(self, it, before):
+    def _note_loop_cap(self, it, before, packed):
         """Carries the loop-cap flag in the hidden state attribute once any trace can raise it."""
         self.loop_cap_lines |= it.loop_cap_lines
         hit = before if it.loop_cap_hit is False else jnp.logical_or(before, it.loop_cap_hit)
         if hit is not False or LOOP_CAP_ATTR in self.specs:
-            it.attrs[LOOP_CAP_ATTR] = jnp.asarray(hit, jnp.bool_)
+            self.specs[LOOP_CAP_ATTR] = Spec(BOOL)
+            packed[LOOP_CAP_ATTR] = jnp.asarray(hit, jnp.bool_)
         return hit
 
     def _scalar(self, it, v, kind, what):
