@@ -138,6 +138,20 @@ def test_loop_building_text_unrolls_up_to_its_own_cap(n):
         assert bool(env.loop_cap_hit(arrays)) and jx[3] is True  # flagged and truncated
 
 
+HELPER_LOOP = _program(
+    "self.x = rng.randint(0, 5)\nself.y = 0\nreturn 'go', {}",
+    "while self.x < 8:\n    self._bump()\nreturn f'{self.x} {self.y}', 0.0, True, False, {}",
+) + "\n    def _bump(self):\n        self.x += 1\n        self.y += 2\n"
+
+
+@pytest.mark.parametrize("x", [0, 3, 8, 11])
+def test_loop_whose_helper_sets_attributes_matches_python(x):
+    # The body assigns nothing itself; the helper's stores must not leak out of a lax.while_loop.
+    env = transpile(HELPER_LOOP, fast_compile=True)
+    _, jx = _jax_step(env, env.state_from_python({"x": x, "y": 0}).attrs, "a")
+    assert jx == _python_step(HELPER_LOOP, {"x": x, "y": 0}, "a")
+
+
 # ----- dicts with a fixed key set --------------------------------------------------------------------
 
 INVENTORY = (HELDOUT / "inventory_trade.py").read_text()

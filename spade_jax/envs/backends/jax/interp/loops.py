@@ -219,14 +219,28 @@ class Loops:
         outer_mask, outer_ret, outer_retval = frame.mask, frame.ret, frame.retval
         budget0 = self.op_budget
         lowered0 = set(self._lowered)
-        _, body_attrs = _assigned(s.body)
+        body_names, body_attrs = _assigned(s.body)
         if any(a not in attrs and not isinstance(self.attrs.get(a), RngObj) for a in body_attrs):
             raise _NotCarried("an attribute first set inside the loop")
+        untouched_keys = set(self.attrs)
+
+        # What the loop must leave alone: values it does not carry (a helper method that sets an
+        # attribute, or fills a list passed to it, would leak the loop's tracers).
+        untouched = {("self", k): _leaf_ids(v) for k, v in self.attrs.items() if k not in attrs}
+        untouched.update({("local", k): _leaf_ids(v) for k, v in frame.locals.items() if k not in names})
 
         def run_body(leaves):
             self._unpack(frame, names, attrs, templates, leaves)
             frame.mask, frame.ret, frame.brk, frame.cont = True, False, False, False
             self.exec_block(s.body, frame)
+            for (where, k), ids in untouched.items():
+                v = (self.attrs if where == "self" else frame.locals).get(k)
+                if _leaf_ids(v) != ids:
+                    if where == "local" and k in body_names:
+                        continue  # a temporary of the body, dropped after the loop
+                    raise _NotCarried(f"{k} changes inside the loop without being assigned there")
+            if any(k not in untouched_keys for k in self.attrs if k not in attrs):
+                raise _NotCarried("an attribute first set inside the loop")
             if frame.ret is not False:
                 raise _NotCarried("return")
             brk = frame.brk
@@ -261,7 +275,6 @@ class Loops:
             raise _NotCarried(str(exc)) from None
         frame.mask, frame.ret, frame.retval = outer_mask, outer_ret, outer_retval
         # The body's temporaries were bound inside the loop's trace: only carried names survive it.
-        body_names, _ = _assigned(s.body)
         for name in body_names - set(names):
             frame.locals.pop(name, None)
         self._unpack(frame, names, attrs, templates, leaves)
@@ -271,3 +284,11 @@ class Loops:
         self.op_budget = min(self.op_budget, budget0)
         self._note_cap(s, running, MAX_WHILE_PASSES)
 
+
+def _leaf_ids(v) -> tuple:
+    """Identities of the leaves of a value (a list changed in place shows new leaves)."""
+    if isinstance(v, (list, tuple)):
+        return tuple(_leaf_ids(x) for x in v)
+    if isinstance(v, dict):
+        return tuple((k, _leaf_ids(x)) for k, x in v.items())
+    return (id(v),)
