@@ -4,6 +4,7 @@ supported builtins (constant arguments run the real builtin on the host)."""
 from __future__ import annotations
 
 import ast
+import functools
 
 import jax.numpy as jnp
 import numpy as np
@@ -78,6 +79,13 @@ class Builtins:
             if is_dyn(step) or step == 0:
                 raise unsupported(node, "range with a data-dependent step")
             return DynRange(start, stop, step)
+        if name == "zip" and not kwargs and any(isinstance(a, StrId) for a in args) and all(
+            isinstance(a, (StrId, str, list, tuple)) for a in args
+        ):
+            # zip over data-dependent strings: positions present in every argument (they are prefixes)
+            cols = [self.chars(a, node).items if isinstance(a, StrId) else [(True, x) for x in a] for a in args]
+            return Masked([(functools.reduce(and_, [c for c, _ in row]), tuple(x for _, x in row))
+                           for row in zip(*cols)])
         if name in ("list", "enumerate") and args and isinstance(args[0], (StrId, Text)):
             # the characters of a data-dependent string, or of str(n)
             chars = self.chars(args[0], node) if isinstance(args[0], StrId) else self.text_chars(args[0], node)

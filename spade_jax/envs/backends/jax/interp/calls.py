@@ -38,6 +38,7 @@ from spade_jax.envs.backends.jax.ir import (
     TLit,
     TSel,
     TVal,
+    cat,
     unsupported,
 )
 
@@ -77,6 +78,19 @@ class Calls:
         raise unsupported(node, "call of something that is not a method, helper or supported builtin")
 
     in_init = False
+
+    def _map_text(self, t, name, node):
+        if isinstance(t, TLit):
+            return TLit(getattr(t.s, name)())
+        if isinstance(t, TVal):
+            if t.kind == STR:
+                return TVal(STR, self.table_map(StrId(t.value), lambda s: getattr(s, name)(), STR).id, t.spec)
+            if t.kind == INT:
+                return t  # digits and '-' have no case
+            raise unsupported(node, f"{name}() of composed text with a float in it")
+        if isinstance(t, TSel):
+            return TSel(t.cond, self._map_text(t.a, name, node), self._map_text(t.b, name, node))
+        return cat(*[self._map_text(p, name, node) for p in t.parts])
 
     def _edges_unpadded(self, t, name) -> bool:
         """Whether text t can have no whitespace where str.<name>() would strip it."""
@@ -217,5 +231,7 @@ class Calls:
         if isinstance(base, Text):
             if name in ("strip", "lstrip", "rstrip") and not args and self._edges_unpadded(base, name):
                 return base  # str(n).strip(): the number's digits carry no whitespace to strip
+            if name in ("upper", "lower", "swapcase", "casefold") and not args:
+                return self._map_text(base, name, node)  # piece by piece: these act per character
             raise unsupported(node, f"method {name}() on composed text")
         raise unsupported(node, f"method {name}() on {_kind_name(base)}")

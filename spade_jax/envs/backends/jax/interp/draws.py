@@ -71,6 +71,8 @@ class RandomDraws:
             return [self.random_choice(args[0], node) for _ in range(k)]
         if name == "shuffle":
             seq = args[0]
+            if isinstance(seq, Masked):
+                return self._shuffle_present(seq, node)
             if not isinstance(seq, list):
                 raise unsupported(node, "shuffle of something that is not a fixed-length list")
             perm = jax.random.permutation(self.next_key(node), len(seq))
@@ -88,6 +90,21 @@ class RandomDraws:
             perm = jax.random.permutation(self.next_key(node), len(items))
             return [self.gather(items, perm[i], node) for i in range(k)]
         raise unsupported(node, f"random.{name}()")
+
+    def _shuffle_present(self, seq: Masked, node):
+        """Shuffles the present items of a filtered list (list(word) of a drawn word) in place: a
+        uniform order of the present items, which then come first, absent slots after them."""
+        conds = [jnp.asarray(c, jnp.bool_) for c, _ in seq.items]
+        if not conds:
+            return None
+        keys = jax.random.uniform(self.next_key(node), (len(conds),))
+        order = jnp.argsort(jnp.where(jnp.stack(conds), keys, 2.0))  # present items first, at random
+        values = [v for _, v in seq.items]
+        count = sum(c.astype(jnp.int32) for c in conds)
+        shuffled = [(count > k, self.gather(values, order[k], node)) for k in range(len(values))]
+        seq.items[:] = [(self.merge(self._current_mask, c, oc, node), self.merge(self._current_mask, v, ov, node))
+                        for (c, v), (oc, ov) in zip(shuffled, seq.items)]
+        return None
 
     def random_choice(self, seq, node):
         if isinstance(seq, range):
