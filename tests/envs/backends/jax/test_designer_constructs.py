@@ -221,6 +221,26 @@ def test_random_choice_of_a_character_stays_in_the_word():
         assert len(table[c]) == 1 and table[c] in table[w]
 
 
+SCRAMBLE = _program(
+    "self.word = rng.choice(WORDS)\nletters = list(self.word)\nrng.shuffle(letters)\n"
+    "self.mix = ''.join(letters)\nreturn self.mix.upper(), {}",
+    "return self.mix, 0.0, True, False, {}",
+    header="WORDS = ['planet', 'ox', 'a', 'mississippi']",
+)
+
+
+def test_shuffled_letters_are_a_permutation_of_the_word():
+    env = transpile(SCRAMBLE, fast_compile=True)
+    attrs, records = jax.vmap(env._jit_reset)(jax.random.split(jax.random.PRNGKey(5), 32))
+    orders = set()
+    for i in range(32):
+        py = env.python_state(jax.tree.map(lambda a, i=i: a[i], attrs))
+        assert sorted(py["mix"]) == sorted(py["word"])
+        assert env.render_text(jax.tree.map(lambda a, i=i: a[i], records)) == py["mix"].upper()
+        orders.add(py["mix"])
+    assert len(orders) > 4  # shuffled, not a fixed order
+
+
 def test_strings_longer_than_the_character_cap_are_declined():
     long_word = "x" * (MAX_STRING_CHARS + 1)
     source = _program(
