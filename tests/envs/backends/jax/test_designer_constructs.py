@@ -192,6 +192,23 @@ def test_dict_store_with_an_action_key_outside_the_dict_is_declined():
         transpile(source)
 
 
+OPS = _program(
+    "self.value = rng.randint(1, 5)\nreturn 'go', {}",
+    "m = re.search(r'\\\\boxed\\{([^}]*)\\}', action)\nop = m.group(1).strip() if m else ''\n"
+    "ops = {'+3': lambda v: v + 3, '*2': lambda v: v * 2, 'neg': lambda v: -v}\n"
+    "if op not in ops:\n    return f'bad {self.value}', -0.1, False, False, {}\n"
+    "self.value = ops[op](self.value)\nreturn f'now {self.value}', 0.0, self.value > 20, False, {}",
+)
+
+
+@pytest.mark.parametrize("text", ["\\boxed{+3}", "\\boxed{ *2 }", "\\boxed{neg}", "\\boxed{/2}", "none"])
+def test_function_picked_from_a_dict_by_the_action_matches_python(text):
+    env = transpile(OPS, fast_compile=True)
+    for value in [1, 4, 12]:
+        arrays, jx = _jax_step(env, env.state_from_python({"value": value}).attrs, text)
+        assert jx == _python_step(OPS, {"value": value}, text)
+
+
 # ----- strings of bounded length ---------------------------------------------------------------------
 
 LETTERS = _program(

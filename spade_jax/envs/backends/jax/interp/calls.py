@@ -9,7 +9,7 @@ import re
 
 import jax.numpy as jnp
 
-from spade_jax.envs.backends.jax.interp.predication import Frame
+from spade_jax.envs.backends.jax.interp.predication import Frame, and_
 from spade_jax.envs.backends.jax.interp.values import (
     _HOST_METHODS,
     _RE_FUNCS,
@@ -27,6 +27,7 @@ from spade_jax.envs.backends.jax.interp.values import (
     _num,
 )
 from spade_jax.envs.backends.jax.ir import (
+    _FAIL,
     BOOL,
     INT,
     STR,
@@ -61,6 +62,30 @@ class Calls:
             if kw.arg is None:
                 raise unsupported(node, "**kwargs in a call")
             kwargs[kw.arg] = self.eval(kw.value, frame)
+        if isinstance(func, ActionVal):
+            return self._call_chosen(func, args, kwargs, node, frame)
+        return self._call_value(func, args, kwargs, node, frame)
+
+    def _call_chosen(self, func: ActionVal, args, kwargs, node, frame):
+        """ops[op](x) with op parsed from the action: each function the table can hold is called on
+        the path where the action picks it, and the results merge."""
+        chosen: list = []
+        for text in self.vocab or []:
+            f = func.eval(text)
+            if f is not _FAIL and not any(f is g for g in chosen):
+                chosen.append(f)
+        if not chosen or not all(isinstance(f, (Lambda, Func, BoundMethod, _Builtin)) for f in chosen):
+            raise unsupported(node, "call of a value parsed from the action that is not a function")
+        out, saved = None, frame.mask
+        for f in chosen:
+            c = self.lower(self.actionval(lambda t, f=f: func.eval(t) is f))
+            frame.mask = and_(saved, c)
+            r = self._call_value(f, args, kwargs, node, frame)
+            frame.mask = saved
+            out = r if out is None else self.merge(c, r, out, node)
+        return out
+
+    def _call_value(self, func, args, kwargs, node, frame):
         if isinstance(func, BoundMethod):
             if func.name == "reset" and self.in_init:
                 return None
