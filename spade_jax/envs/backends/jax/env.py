@@ -29,9 +29,13 @@ from spade_jax.envs.backends.jax.ir import (
     StringTable,
     Text,
     TLit,
+    TSel,
+    TVal,
     UnsupportedProgram,
+    cat,
     join_specs,
     render,
+    str_domain,
     template_text,
 )
 
@@ -44,6 +48,58 @@ FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive
 # sampling early, after about 8 seconds of host interpretation.
 MAX_SAMPLE_EVALS = 4_000_000
 MAX_PRODUCT = 4096  # digit strings enumerated per length from the solution's digit alphabet
+# Hidden state flag: a data-dependent while loop still wanted to run after MAX_WHILE_ITERATIONS
+# passes (reset or any step so far). The step that sees it truncates the episode and reports it in
+# info["loop_cap_hit"]; the equivalence check names the loop. Never shown to the program.
+LOOP_CAP_ATTR = "__loop_cap_hit__"
+
+
+# Composed text in state (self.cipher = "".join(...)): stored as this many string-table ids at
+# most, concatenated; a value loaded from Python is split into single characters.
+MAX_TEXT_PIECES = 256
+TEXT = "text"
+_PRINTABLE = [chr(c) for c in range(32, 127)] + [""]
+
+
+def _strings_in(v) -> list:
+    """The str and StrId scalars inside an attribute value."""
+    if isinstance(v, (str, StrId)):
+        return [v]
+    if isinstance(v, (list, tuple)):
+        return [x for item in v for x in _strings_in(item)]
+    if isinstance(v, dict):
+        return [x for item in v.values() for x in _strings_in(item)]
+    return []
+
+
+def _count_pieces(t, where) -> int:
+    if isinstance(t, TLit):
+        return 1
+    if isinstance(t, TVal):
+        if t.kind != STR or t.spec:
+            raise UnsupportedProgram(f"{where} holds text with a number formatted into it (store the number and "
+                                     "format it where the text is shown)")
+        return 1
+    if isinstance(t, TSel):
+        return _count_pieces(t.a, where) + _count_pieces(t.b, where)
+    return sum(_count_pieces(p, where) for p in t.parts)
+
+
+def _text_pieces(it, t, cond, where) -> list:
+    """String-table ids whose concatenation is the text t (pieces off the taken branch are "")."""
+    empty = it.table.id("")
+    if isinstance(t, TLit):
+        sid = it.table.id(t.s)
+        return [sid if cond is True else jnp.where(cond, sid, empty)]
+    if isinstance(t, TVal):
+        _count_pieces(t, where)
+        return [t.value if cond is True else jnp.where(cond, t.value, empty)]
+    if isinstance(t, TSel):
+        c = jnp.asarray(t.cond, jnp.bool_)
+        on = c if cond is True else jnp.logical_and(cond, c)
+        off = jnp.logical_not(c) if cond is True else jnp.logical_and(cond, jnp.logical_not(c))
+        return _text_pieces(it, t.a, on, where) + _text_pieces(it, t.b, off, where)
+    return [p for part in t.parts for p in _text_pieces(it, part, cond, where)]
 
 
 @struct.dataclass
@@ -98,6 +154,9 @@ class TranspiledEnv(environment.Environment):
         self.table = StringTable()
         self.specs: dict[str, Spec] = {}
         self.rng_attrs: set[str] = set()
+        self.str_domains: dict = {}  # attribute -> the strings it can hold (None: unknown)
+
+        self.loop_cap_lines: dict[int, int] = {}  # line of a loop that can reach its pass cap -> the cap
         self.templates: list = [None, None]
         self.obs_sizes = (0, 0)
         self._features: list = []
@@ -126,6 +185,8 @@ class TranspiledEnv(environment.Environment):
 
     def _copy_init(self):
         def copy(v):
+            if isinstance(v, dict):
+                return {k: copy(x) for k, x in v.items()}
             return [copy(x) for x in v] if isinstance(v, list) else v
 
         return {k: copy(v) for k, v in self._init_attrs.items()}
@@ -145,6 +206,7 @@ class TranspiledEnv(environment.Environment):
         it, obs = self._trace_reset(key)
         self._observe_attrs(it.attrs)
         attrs = self._pack_attrs(it, it.attrs)
+        self._note_loop_cap(it, False, attrs)
         record, template = self._record(it, obs, 0)
         self.templates[0] = template
         return attrs, record
@@ -153,6 +215,7 @@ class TranspiledEnv(environment.Environment):
         prog = self.program
         it = Interp(prog, self.table, vocab=self.vocab, action_id=action_id, in_step=True)
         it.attrs = self._unpack_attrs(attrs_arrays)
+        cap_before = it.attrs.pop(LOOP_CAP_ATTR, False)  # hidden from the program
         for name in self.rng_attrs:
             it.attrs[name] = RngObj()
         fn = prog.methods["step"]
@@ -169,11 +232,23 @@ class TranspiledEnv(environment.Environment):
         truncated = self._scalar(it, it.truth(truncated, fn), BOOL, "truncated")
         self._observe_attrs(it.attrs)
         new_attrs = self._pack_attrs(it, it.attrs)
+        cap_hit = self._note_loop_cap(it, cap_before, new_attrs)
+        if cap_hit is not False:
+            truncated = jnp.logical_or(truncated, cap_hit)
         record, template = self._record(it, obs, 1)
         self.templates[1] = template
         self._features = [(av, apath) for av, apath, _ in it._lowered.values()]
         self._last_features = list(it.features)
         return new_attrs, record, reward, terminated, truncated
+
+    def _note_loop_cap(self, it, before, packed):
+        """Carries the loop-cap flag in the hidden state attribute once any trace can raise it."""
+        self.loop_cap_lines |= it.loop_cap_lines
+        hit = before if it.loop_cap_hit is False else jnp.logical_or(before, it.loop_cap_hit)
+        if hit is not False or LOOP_CAP_ATTR in self.specs:
+            self.specs[LOOP_CAP_ATTR] = Spec(BOOL)
+            packed[LOOP_CAP_ATTR] = jnp.asarray(hit, jnp.bool_)
+        return hit
 
     def _scalar(self, it, v, kind, what):
         if isinstance(v, ActionVal):
@@ -216,6 +291,24 @@ class TranspiledEnv(environment.Environment):
                 continue
             new = self._infer(value, name)
             old = self.specs.get(name)
+            strs = _strings_in(value)
+            if strs:
+                known = name not in self.str_domains or self.str_domains[name] is not None
+                dom = str_domain(*strs) if known else None
+                if dom is not None and self.str_domains.get(name) is not None:
+                    dom = dom | self.str_domains[name]
+                self.str_domains[name] = dom
+            if old is not None and TEXT in (old.kind, new.kind):
+                # Composed text: as many pieces as the longest composition (a plain string is one).
+                if {old.kind, new.kind} <= {TEXT, STR}:
+                    self.specs[name] = Spec(TEXT, max(old.length, new.length, 1), Spec(STR))
+                    continue
+                raise UnsupportedProgram(f"attribute self.{name} holds composed text in one place and "
+                                         f"{(new if old.kind == TEXT else old).describe()} in another")
+            if old is not None and "dict" in (old.kind, new.kind) and (old.kind, old.keys) != (new.kind, new.keys):
+                raise UnsupportedProgram(
+                    f"attribute self.{name} changes its keys ({old.describe()} -> {new.describe()}; a dict in "
+                    "state must keep the same keys in the same order)")
             if old is not None and old.elem is not None and new.elem is not None and old.length != new.length:
                 raise UnsupportedProgram(
                     f"attribute self.{name} changes length ({old.length} -> {new.length} items; lists in state "
@@ -226,6 +319,7 @@ class TranspiledEnv(environment.Environment):
         return (
             is_dyn(v) or isinstance(v, (StrId, Text, Masked, ActionVal))
             or (isinstance(v, (list, tuple)) and any(self._dynamic(x) for x in v))
+            or (isinstance(v, dict) and any(self._dynamic(x) for x in v.values()))
         )
 
     def _infer(self, v, name) -> Spec:
@@ -255,16 +349,35 @@ class TranspiledEnv(environment.Environment):
                 f"{where} is a list whose length depends on the game (lists in state must have a fixed length)"
             )
         if isinstance(v, Text):
-            raise UnsupportedProgram(
-                f"{where} holds text composed from data (only strings from a fixed set can be state)"
-            )
+            n = _count_pieces(v, where)
+            if n > MAX_TEXT_PIECES:
+                raise UnsupportedProgram(
+                    f"{where} holds text composed from more than {MAX_TEXT_PIECES} pieces (build it from fewer)")
+            for ch in _PRINTABLE:  # a Python-side value of this text is stored one character per piece
+                self.table.id(ch)
+            return Spec(TEXT, n, Spec(STR))
         if isinstance(v, dict):
-            raise UnsupportedProgram(f"{where} is a dict (use fixed-length lists)")
+            keys = tuple(v.keys())
+            if not all(isinstance(k, (str, int)) and not isinstance(k, bool) for k in keys):
+                raise UnsupportedProgram(f"{where} is a dict whose keys are not constant strings or ints")
+            elem = None
+            for x in v.values():
+                elem = join_specs(elem, self._infer(x, name), where)
+            return Spec("dict", len(keys), elem or Spec(INT), keys)
         raise UnsupportedProgram(f"{where} holds an unsupported value ({type(v).__name__})")
 
     def _to_array(self, it, v, spec: Spec, name):
         if isinstance(v, ActionVal):
             v = it.lower(v)
+        if spec.kind == TEXT:
+            if isinstance(v, (str, StrId)):
+                v = it.to_text(v, "", None)
+            if not isinstance(v, Text):
+                raise UnsupportedProgram(f"attribute self.{name} mixes composed text and non-strings")
+            pieces = _text_pieces(it, v, True, f"attribute self.{name}")
+            empty = jnp.int32(self.table.id(""))
+            pieces += [empty] * (spec.length - len(pieces))
+            return jnp.stack([jnp.asarray(p, jnp.int32) for p in pieces])
         if spec.elem is None:
             if spec.kind == STR:
                 if not isinstance(v, (str, StrId)):
@@ -274,6 +387,10 @@ class TranspiledEnv(environment.Environment):
                 raise UnsupportedProgram(f"attribute self.{name} mixes numbers and non-numbers")
             v = v.astype(jnp.int32) if (is_dyn(v) and v.dtype == jnp.bool_ and spec.kind != BOOL) else v
             return jnp.asarray(v, DTYPES[spec.kind])
+        if spec.kind == "dict":
+            if not isinstance(v, dict) or tuple(v.keys()) != spec.keys:
+                raise UnsupportedProgram(f"attribute self.{name} changes its keys (a dict in state keeps its keys)")
+            v = list(v.values())
         if not isinstance(v, (list, tuple)) or len(v) != spec.length:
             raise UnsupportedProgram(f"attribute self.{name} changes shape (lists in state must keep their length)")
         if spec.length == 0:
@@ -289,16 +406,20 @@ class TranspiledEnv(environment.Environment):
                 out[name] = jnp.zeros(spec.shape, DTYPES[spec.scalar])
         return out
 
-    def _from_array(self, arr, spec: Spec):
+    def _from_array(self, arr, spec: Spec, domain=None):
+        if spec.kind == TEXT:
+            return cat(*[TVal(STR, arr[i]) for i in range(spec.length)])
         if spec.elem is None:
-            return StrId(arr) if spec.kind == STR else arr
-        items = [self._from_array(arr[i], spec.elem) for i in range(spec.length)]
+            return StrId(arr, domain) if spec.kind == STR else arr
+        items = [self._from_array(arr[i], spec.elem, domain) for i in range(spec.length)]
+        if spec.kind == "dict":
+            return dict(zip(spec.keys, items))
         return tuple(items) if spec.kind == "tuple" else items
 
     def _unpack_attrs(self, arrays) -> dict:
         attrs = self._copy_init()
         for name, spec in self.specs.items():
-            attrs[name] = self._from_array(arrays[name], spec)
+            attrs[name] = self._from_array(arrays[name], spec, self.str_domains.get(name))
         return attrs
 
     # ----- building ---------------------------------------------------------------------------
@@ -311,9 +432,11 @@ class TranspiledEnv(environment.Environment):
 
     def _stable_trace(self):
         for _ in range(6):
-            before = (dict(self.specs), len(self.table), self.obs_sizes, frozenset(self.rng_attrs))
+            before = (dict(self.specs), len(self.table), self.obs_sizes, frozenset(self.rng_attrs),
+                      dict(self.str_domains))
             self._trace_all()
-            if before == (dict(self.specs), len(self.table), self.obs_sizes, frozenset(self.rng_attrs)):
+            if before == (dict(self.specs), len(self.table), self.obs_sizes, frozenset(self.rng_attrs),
+                          dict(self.str_domains)):
                 return
         raise UnsupportedProgram("the state schema did not settle (attributes change type between reset and step)")
 
@@ -431,13 +554,20 @@ class TranspiledEnv(environment.Environment):
         action = jnp.clip(jnp.asarray(action, jnp.int32), 0, len(self.vocab) - 1)
         attrs, record, reward, terminated, truncated = self._step_fn(state.attrs, action)
         new_state = EnvState(attrs=attrs, obs=record, time=state.time + 1, terminated=terminated, truncated=truncated)
-        return record, new_state, reward, terminated, {"program_truncated": truncated}
+        info = {"program_truncated": truncated, "loop_cap_hit": self.loop_cap_hit(new_state)}
+        return record, new_state, reward, terminated, info
 
     def is_truncated(self, state, params):
         return jnp.logical_or(state.truncated, state.time >= params.max_steps_in_episode)
 
     def is_terminated(self, state, params):
         return state.terminated
+
+    def loop_cap_hit(self, state):
+        """Whether a data-dependent while loop ran into MAX_WHILE_ITERATIONS in this episode (the
+        episode then no longer follows the program and is truncated)."""
+        attrs = state.attrs if isinstance(state, EnvState) else state
+        return attrs.get(LOOP_CAP_ATTR, jnp.bool_(False))
 
     @property
     def name(self) -> str:
@@ -481,10 +611,13 @@ class TranspiledEnv(environment.Environment):
         attrs = state.attrs if isinstance(state, EnvState) else state
         out = {}
         for name, spec in self.specs.items():
-            out[name] = self._to_python(np.asarray(attrs[name]), spec)
+            if name != LOOP_CAP_ATTR:
+                out[name] = self._to_python(np.asarray(attrs[name]), spec)
         return out
 
     def _to_python(self, arr, spec: Spec):
+        if spec.kind == TEXT:
+            return "".join(self.table.strings[int(i)] for i in arr)
         if spec.elem is None:
             if spec.kind == STR:
                 return self.table.strings[int(arr)]
@@ -494,6 +627,8 @@ class TranspiledEnv(environment.Environment):
                 return int(arr)
             return float(arr)
         items = [self._to_python(arr[i], spec.elem) for i in range(spec.length)]
+        if spec.kind == "dict":
+            return dict(zip(spec.keys, items))
         return tuple(items) if spec.kind == "tuple" else items
 
     def state_with(self, attrs, record, time=0, terminated=False, truncated=False) -> EnvState:
@@ -505,6 +640,9 @@ class TranspiledEnv(environment.Environment):
         Raises ValueError when a value lies outside what the JAX version can represent."""
         arrays = {}
         for name, spec in self.specs.items():
+            if name == LOOP_CAP_ATTR:
+                arrays[name] = jnp.bool_(False)
+                continue
             if name not in attrs:
                 raise ValueError(f"the Python instance has no attribute {name!r}")
             arrays[name] = jnp.asarray(self._from_python(attrs[name], spec, name), DTYPES[spec.scalar])
@@ -514,6 +652,10 @@ class TranspiledEnv(environment.Environment):
                         truncated=jnp.bool_(False))
 
     def _from_python(self, v, spec: Spec, name):
+        if spec.kind == TEXT:
+            if not isinstance(v, str) or len(v) > spec.length or any(ch not in self.table._ids for ch in v):
+                raise ValueError(f"self.{name} = {v!r} does not fit its {spec.length} text pieces")
+            return [self.table._ids[ch] for ch in v] + [self.table._ids[""]] * (spec.length - len(v))
         if spec.elem is None:
             if spec.kind == STR:
                 if not isinstance(v, str) or v not in self.table._ids:
@@ -524,6 +666,10 @@ class TranspiledEnv(environment.Environment):
             if spec.kind == INT and not (-(2**31) <= int(v) < 2**31):
                 raise ValueError(f"self.{name} = {v} overflows int32")
             return v
+        if spec.kind == "dict":
+            if not isinstance(v, dict) or tuple(v.keys()) != spec.keys:
+                raise ValueError(f"self.{name} does not have the keys {list(spec.keys)}")
+            v = list(v.values())
         if not isinstance(v, (list, tuple)) or len(v) != spec.length:
             raise ValueError(f"self.{name} does not have {spec.length} items")
         return [self._from_python(x, spec.elem, name) for x in v]

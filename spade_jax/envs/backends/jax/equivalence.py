@@ -136,6 +136,9 @@ def _play_episode(env, program, episode, seed, n_steps, rng, mismatches) -> int:
         state = env.state_with(attrs, record)
         program.set_attrs(env.python_state(state))
         origin = "jax reset"
+        if bool(env.loop_cap_hit(attrs)):
+            mismatches.append(f"episode {episode} (jax reset): {_cap_message(env)}")
+            return 0
     else:
         try:
             state = env.state_from_python(program.get_attrs())
@@ -165,11 +168,20 @@ def _play_episode(env, program, episode, seed, n_steps, rng, mismatches) -> int:
         jx = (env.render_text(record), float(reward), bool(terminated), bool(truncated))
         steps += 1
         where = f"episode {episode} ({origin}) step {t} action {text!r}"
+        if bool(env.loop_cap_hit(attrs)):
+            mismatches.append(f"{where}: {_cap_message(env)}")
+            break
         if not _compare(where, py[:4], jx, mismatches):
             break
         if py[2] or py[3]:
             break
     return steps
+
+
+def _cap_message(env) -> str:
+    loops = ", ".join(f"line {line} (cap {cap} passes)" for line, cap in sorted(env.loop_cap_lines.items()))
+    return (f"a loop ran past its cap on the JAX backend: {loops} (the device episode is truncated there; the program "
+            "keeps looping)")
 
 
 def verify_equivalence(transpiled: TranspiledEnv, source: str, class_name: str, pool=None) -> None:

@@ -49,6 +49,20 @@ class StrId:
     """A string from the program's finite set, held on device as its table id."""
 
     id: Any  # int32 jax scalar
+    domain: Any = None  # frozenset of the strings it can hold, when known (bounds loops over its characters)
+
+
+def str_domain(*values):
+    """The strings a mix of str and StrId values can hold, or None when one of them is unknown."""
+    out: set = set()
+    for v in values:
+        if isinstance(v, str):
+            out.add(v)
+        elif isinstance(v, StrId) and v.domain is not None:
+            out |= v.domain
+        else:
+            return None
+    return frozenset(out)
 
 
 @dataclasses.dataclass(eq=False)
@@ -91,9 +105,10 @@ class ActionVal:
 class Spec:
     """Type of one attribute: a scalar kind, or a fixed-length list/tuple of a spec."""
 
-    kind: str  # int | float | bool | str | list | tuple
-    length: int = 0  # for list/tuple
-    elem: "Spec | None" = None  # for list/tuple
+    kind: str  # int | float | bool | str | list | tuple | dict
+    length: int = 0  # for list/tuple/dict
+    elem: "Spec | None" = None  # for list/tuple/dict (a dict's values share one spec)
+    keys: tuple = ()  # for dict: its fixed keys in insertion order
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -108,6 +123,8 @@ class Spec:
     def describe(self) -> str:
         if self.elem is None:
             return self.kind
+        if self.kind == "dict":
+            return f"dict with keys {list(self.keys)} of {self.elem.describe()}"
         return f"{self.kind}[{self.length}] of {self.elem.describe()}"
 
 
@@ -120,7 +137,10 @@ def join_specs(a: Spec | None, b: Spec | None, where: str) -> Spec:
         kinds = {a.kind, b.kind}
         if kinds <= {INT, FLOAT, BOOL}:
             return Spec(FLOAT if FLOAT in kinds else INT)
-    if a.elem is not None and b.elem is not None and a.length == b.length:
+    if "dict" in (a.kind, b.kind):
+        if a.kind == b.kind and a.keys == b.keys:
+            return Spec("dict", a.length, join_specs(a.elem, b.elem, where), a.keys)
+    elif a.elem is not None and b.elem is not None and a.length == b.length:
         kind = a.kind if a.kind == b.kind else "list"
         return Spec(kind, a.length, join_specs(a.elem, b.elem, where))
     raise UnsupportedProgram(f"{where} holds {a.describe()} in one place and {b.describe()} in another")

@@ -36,7 +36,8 @@ def test_library_env_matches_program(name):
 
 @pytest.mark.parametrize(
     "file",
-    ["guess_number.py", "word_match.py", "shop_budget.py", pytest.param("lights_out.py", marks=pytest.mark.slow)],
+    ["guess_number.py", "word_match.py", "shop_budget.py", "collatz_while.py",
+     pytest.param("lights_out.py", marks=pytest.mark.slow)],
 )
 def test_corpus_program_matches(file):
     source = (CORPUS / file).read_text()
@@ -96,8 +97,8 @@ def test_hypothesis_from_python_reset():
 
 
 def test_try_jax_backend_reports_reasons():
-    env, reason = try_jax_backend((CORPUS / "unsupported_while.py").read_text(), in_process=True)
-    assert env is None and reason.startswith("line 15: while loop with a data-dependent bound")
+    env, reason = try_jax_backend((CORPUS / "unsupported_step_random.py").read_text(), in_process=True)
+    assert env is None and reason.startswith("line 13: random draw in step()")
     program = library_program("target_number")
     env, reason = try_jax_backend(program.source, program.class_name, in_process=True, n_episodes=2, n_steps=4)
     assert reason is None and env.name == "TargetNumberEnv"

@@ -82,10 +82,8 @@ def test_state_outside_support_is_rejected():
 @pytest.mark.parametrize(
     "file, reason",
     [
-        ("unsupported_while.py", "line 15: while loop with a data-dependent bound"),
         ("unsupported_step_random.py", "line 13: random draw in step()"),
         ("unsupported_history.py", "line 16: append to a list of the instance in a data-dependent branch"),
-        ("unsupported_dynamic_range.py", "line 16: range with a data-dependent bound"),
     ],
 )
 def test_unsupported_constructs_name_line_and_construct(file, reason):
@@ -98,7 +96,8 @@ def test_unsupported_constructs_name_line_and_construct(file, reason):
     "body, reason",
     [
         ("self.x = None", "attribute self.x is None"),
-        ("self.x = {'a': 1}", "attribute self.x is a dict"),
+        ("self.x = {'a': 1} if self.y else {'b': 1}", "line 7: a dict with keys \\['a'\\] on one path and \\['b'\\]"),
+        ("self.x = {(1, 2): 1}", "attribute self.x is a dict whose keys are not constant strings or ints"),
         ("raise ValueError('no')", "line 7: raise statement"),
         ("self.x = 0\n        with open('f') as f:\n            pass", "line 8: With statement"),
     ],

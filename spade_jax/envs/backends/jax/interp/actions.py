@@ -28,7 +28,7 @@ class ActionValues:
         indexed by the action id."""
         apath = self._cur_apath
         key = (id(av), id(apath))
-        if key in self._lowered:
+        if key in self._lowered and self._lowered[key][2] is not None:
             return self._lowered[key][2]
         if self.vocab is None or self.action_id is None:
             raise UnsupportedProgram("the action text is used outside step()")
@@ -62,5 +62,6 @@ class ActionValues:
         if all(isinstance(v, str) or v is None for v in ok):
             ids = np.array([self.table.id("" if v is _FAIL else str(v)) for v in vals], np.int32)
             self.features.append(tuple(ids.tolist()))
-            return StrId(table_lookup(ids, self.action_id))
+            domain = frozenset("" if v is _FAIL else str(v) for v in vals)
+            return StrId(table_lookup(ids, self.action_id), domain)
         raise UnsupportedProgram("a value parsed from the action is neither a number, a string nor a fixed-length list")

@@ -4,6 +4,7 @@ supported builtins (constant arguments run the real builtin on the host)."""
 from __future__ import annotations
 
 import ast
+import functools
 
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +13,7 @@ from spade_jax.envs.backends.jax.interp.predication import and_, not_, or_
 from spade_jax.envs.backends.jax.interp.values import (
     _HOST_BUILTINS,
     BoundMethod,
+    DynRange,
     Lambda,
     RngObj,
     SeedArg,
@@ -21,6 +23,7 @@ from spade_jax.envs.backends.jax.interp.values import (
     _has_av,
     _kind_name,
     _num,
+    is_dyn,
     is_num,
     kind_of,
 )
@@ -64,9 +67,36 @@ class Builtins:
                 return len(v)
             if isinstance(v, StrId):
                 return self.table_map(v, len, INT)
+            if isinstance(v, Text):
+                present = [jnp.asarray(c, jnp.int32) for c, _ in self.text_chars(v, node).items]
+                return self.call_builtin("sum", [present], {}, node)
             raise unsupported(node, f"len of {_kind_name(v)}")
         if name == "range":
-            raise unsupported(node, "range with a data-dependent bound")
+            if kwargs or not 1 <= len(args) <= 3 or not all(is_num(a) and kind_of(a) != FLOAT for a in args):
+                raise unsupported(node, "range() of non-integers")
+            start, stop = (0, args[0]) if len(args) == 1 else (args[0], args[1])
+            step = args[2] if len(args) > 2 else 1
+            if is_dyn(step) or step == 0:
+                raise unsupported(node, "range with a data-dependent step")
+            return DynRange(start, stop, step)
+        if name == "zip" and not kwargs and any(isinstance(a, StrId) for a in args) and all(
+            isinstance(a, (StrId, str, list, tuple)) for a in args
+        ):
+            # zip over data-dependent strings: positions present in every argument (they are prefixes)
+            cols = [self.chars(a, node).items if isinstance(a, StrId) else [(True, x) for x in a] for a in args]
+            return Masked([(functools.reduce(and_, [c for c, _ in row]), tuple(x for _, x in row))
+                           for row in zip(*cols)])
+        if name in ("list", "enumerate") and args and isinstance(args[0], (StrId, Text)):
+            # the characters of a data-dependent string, or of str(n)
+            chars = self.chars(args[0], node) if isinstance(args[0], StrId) else self.text_chars(args[0], node)
+            if name == "list":
+                return chars
+            start = args[1] if len(args) > 1 else kwargs.get("start", 0)
+            return Masked([(c, (self.binop(ast.Add(), start, i, node), ch)) for i, (c, ch) in enumerate(chars.items)])
+        if name == "dict":
+            if len(args) == 1 and not kwargs and isinstance(args[0], dict):
+                return dict(args[0])
+            raise unsupported(node, "dict() of data-dependent values other than a copy of a dict")
         if name in ("int", "float", "bool"):
             return self.convert(name, args[0] if args else 0, node)
         if name in ("str", "repr"):

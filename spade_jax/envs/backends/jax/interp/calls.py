@@ -9,7 +9,7 @@ import re
 
 import jax.numpy as jnp
 
-from spade_jax.envs.backends.jax.interp.predication import Frame
+from spade_jax.envs.backends.jax.interp.predication import Frame, and_
 from spade_jax.envs.backends.jax.interp.values import (
     _HOST_METHODS,
     _RE_FUNCS,
@@ -26,7 +26,22 @@ from spade_jax.envs.backends.jax.interp.values import (
     _ModAttr,
     _num,
 )
-from spade_jax.envs.backends.jax.ir import BOOL, INT, STR, ActionVal, Masked, StrId, Text, unsupported
+from spade_jax.envs.backends.jax.ir import (
+    _FAIL,
+    BOOL,
+    INT,
+    STR,
+    ActionVal,
+    Masked,
+    StrId,
+    TCat,
+    Text,
+    TLit,
+    TSel,
+    TVal,
+    cat,
+    unsupported,
+)
 
 
 class Calls:
@@ -47,6 +62,30 @@ class Calls:
             if kw.arg is None:
                 raise unsupported(node, "**kwargs in a call")
             kwargs[kw.arg] = self.eval(kw.value, frame)
+        if isinstance(func, ActionVal):
+            return self._call_chosen(func, args, kwargs, node, frame)
+        return self._call_value(func, args, kwargs, node, frame)
+
+    def _call_chosen(self, func: ActionVal, args, kwargs, node, frame):
+        """ops[op](x) with op parsed from the action: each function the table can hold is called on
+        the path where the action picks it, and the results merge."""
+        chosen: list = []
+        for text in self.vocab or []:
+            f = func.eval(text)
+            if f is not _FAIL and not any(f is g for g in chosen):
+                chosen.append(f)
+        if not chosen or not all(isinstance(f, (Lambda, Func, BoundMethod, _Builtin)) for f in chosen):
+            raise unsupported(node, "call of a value parsed from the action that is not a function")
+        out, saved = None, frame.mask
+        for f in chosen:
+            c = self.lower(self.actionval(lambda t, f=f: func.eval(t) is f))
+            frame.mask = and_(saved, c)
+            r = self._call_value(f, args, kwargs, node, frame)
+            frame.mask = saved
+            out = r if out is None else self.merge(c, r, out, node)
+        return out
+
+    def _call_value(self, func, args, kwargs, node, frame):
         if isinstance(func, BoundMethod):
             if func.name == "reset" and self.in_init:
                 return None
@@ -64,6 +103,31 @@ class Calls:
         raise unsupported(node, "call of something that is not a method, helper or supported builtin")
 
     in_init = False
+
+    def _map_text(self, t, name, node):
+        if isinstance(t, TLit):
+            return TLit(getattr(t.s, name)())
+        if isinstance(t, TVal):
+            if t.kind == STR:
+                return TVal(STR, self.table_map(StrId(t.value), lambda s: getattr(s, name)(), STR).id, t.spec)
+            if t.kind == INT:
+                return t  # digits and '-' have no case
+            raise unsupported(node, f"{name}() of composed text with a float in it")
+        if isinstance(t, TSel):
+            return TSel(t.cond, self._map_text(t.a, name, node), self._map_text(t.b, name, node))
+        return cat(*[self._map_text(p, name, node) for p in t.parts])
+
+    def _edges_unpadded(self, t, name) -> bool:
+        """Whether text t can have no whitespace where str.<name>() would strip it."""
+        def edge(t, last):
+            if isinstance(t, TCat):
+                return edge(t.parts[-1 if last else 0], last)
+            if isinstance(t, TSel):
+                return edge(t.a, last) and edge(t.b, last)
+            if isinstance(t, TLit):
+                return bool(t.s) and not (t.s[-1] if last else t.s[0]).isspace()
+            return isinstance(t, TVal) and t.kind == INT and t.spec == ""
+        return (name == "rstrip" or edge(t, False)) and (name == "lstrip" or edge(t, True))
 
     def call_lambda(self, lam: Lambda, args, node):
         names = [a.arg for a in lam.node.args.args]
@@ -190,5 +254,9 @@ class Calls:
         if isinstance(base, (re.Match,)) or (base is not None and type(base).__name__ == "Match"):
             return getattr(base, name)(*args)
         if isinstance(base, Text):
+            if name in ("strip", "lstrip", "rstrip") and not args and self._edges_unpadded(base, name):
+                return base  # str(n).strip(): the number's digits carry no whitespace to strip
+            if name in ("upper", "lower", "swapcase", "casefold") and not args:
+                return self._map_text(base, name, node)  # piece by piece: these act per character
             raise unsupported(node, f"method {name}() on composed text")
         raise unsupported(node, f"method {name}() on {_kind_name(base)}")

@@ -6,10 +6,12 @@ from __future__ import annotations
 import ast
 
 import jax.numpy as jnp
+import numpy as np
+from jax import lax
 
-from spade_jax.envs.backends.jax.interp.predication import Frame, and_
-from spade_jax.envs.backends.jax.interp.values import Lambda, _DictView, _ev, _kind_name
-from spade_jax.envs.backends.jax.ir import _FAIL, ActionVal, Masked, StrId, unsupported
+from spade_jax.envs.backends.jax.interp.predication import Frame, and_, or_
+from spade_jax.envs.backends.jax.interp.values import DynRange, Lambda, _as, _DictView, _ev, _kind_name, _num, is_dyn
+from spade_jax.envs.backends.jax.ir import _FAIL, ActionVal, Masked, StrId, Text, unsupported
 
 
 class Containers:
@@ -101,9 +103,32 @@ class Containers:
 
     def iterate(self, v, node) -> list:
         """(condition, item) pairs of a statically bounded iterable."""
+        if isinstance(v, StrId):
+            v = self.chars(v, node)
+        if isinstance(v, Text):
+            v = self.text_chars(v, node)
+        if isinstance(v, DynRange):
+            v = self.dyn_range_items(v, node)
         if isinstance(v, Masked):
             return list(v.items)
         return [(True, x) for x in self.iterate_plain(v, node)]
+
+    def dyn_range_items(self, r: DynRange, node) -> Masked:
+        """range(start, stop, step) with a data-dependent bound: MAX_WHILE_ITERATIONS predicated
+        items, like the equivalent while loop, with the same cap flag where stop lies beyond them."""
+        from spade_jax.envs.backends.jax.interp.loops import MAX_WHILE_ITERATIONS
+
+        start, stop, step = (_as(_num(x), jnp.int32) if is_dyn(x) else x for x in (r.start, r.stop, r.step))
+        items = []
+        for k in range(MAX_WHILE_ITERATIONS):
+            i = start + k * step if not is_dyn(start) else lax.add(start, np.int32(k * step))
+            cond = (lax.lt if step > 0 else lax.gt)(_as(i, jnp.int32), _as(stop, jnp.int32))
+            items.append((cond, i))
+        beyond = start + MAX_WHILE_ITERATIONS * step
+        over = (lax.lt if step > 0 else lax.gt)(_as(beyond, jnp.int32), _as(stop, jnp.int32))
+        self.loop_cap_hit = or_(self.loop_cap_hit, and_(self._current_mask, over))
+        self.loop_cap_lines[node.lineno] = MAX_WHILE_ITERATIONS
+        return Masked(items)
 
     def iterate_plain(self, v, node) -> list:
         if isinstance(v, range) and len(v) > 100_000:
@@ -125,7 +150,9 @@ class Containers:
         if isinstance(v, Masked):
             raise unsupported(node, "filtered list used where a fixed-length list is needed")
         if isinstance(v, StrId):
-            raise unsupported(node, "loop over the characters of a data-dependent string")
+            raise unsupported(node, "list of the characters of a data-dependent string used as a fixed-length list")
+        if isinstance(v, DynRange):
+            raise unsupported(node, "range with a data-dependent bound used as a fixed-length list")
         raise unsupported(node, f"loop over {_kind_name(v)}")
 
     def list_method(self, base, name, args, kwargs, node, frame):

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from spade_jax.envs.backends.jax.interp.predication import _NeedsState
 from spade_jax.envs.backends.jax.interp.values import _num
-from spade_jax.envs.backends.jax.ir import Masked, unsupported
+from spade_jax.envs.backends.jax.ir import Masked, StrId, unsupported
 
 
 class RandomDraws:
@@ -71,6 +71,8 @@ class RandomDraws:
             return [self.random_choice(args[0], node) for _ in range(k)]
         if name == "shuffle":
             seq = args[0]
+            if isinstance(seq, Masked):
+                return self._shuffle_present(seq, node)
             if not isinstance(seq, list):
                 raise unsupported(node, "shuffle of something that is not a fixed-length list")
             perm = jax.random.permutation(self.next_key(node), len(seq))
@@ -89,11 +91,28 @@ class RandomDraws:
             return [self.gather(items, perm[i], node) for i in range(k)]
         raise unsupported(node, f"random.{name}()")
 
+    def _shuffle_present(self, seq: Masked, node):
+        """Shuffles the present items of a filtered list (list(word) of a drawn word) in place: a
+        uniform order of the present items, which then come first, absent slots after them."""
+        conds = [jnp.asarray(c, jnp.bool_) for c, _ in seq.items]
+        if not conds:
+            return None
+        keys = jax.random.uniform(self.next_key(node), (len(conds),))
+        order = jnp.argsort(jnp.where(jnp.stack(conds), keys, 2.0))  # present items first, at random
+        values = [v for _, v in seq.items]
+        count = sum(c.astype(jnp.int32) for c in conds)
+        shuffled = [(count > k, self.gather(values, order[k], node)) for k in range(len(values))]
+        seq.items[:] = [(self.merge(self._current_mask, c, oc, node), self.merge(self._current_mask, v, ov, node))
+                        for (c, v), (oc, ov) in zip(shuffled, seq.items)]
+        return None
+
     def random_choice(self, seq, node):
         if isinstance(seq, range):
             if len(seq) == 0:
                 raise unsupported(node, "choice from an empty range")
             return seq.start + seq.step * jax.random.randint(self.next_key(node), (), 0, len(seq), jnp.int32)
+        if isinstance(seq, StrId):
+            seq = self.chars(seq, node)  # random.choice(word): a position of the string, uniformly
         if isinstance(seq, Masked):
             conds = jnp.stack([jnp.asarray(c, bool) for c, _ in seq.items])
             logits = jnp.where(conds, 0.0, -jnp.inf)

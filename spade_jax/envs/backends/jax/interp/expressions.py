@@ -40,7 +40,19 @@ from spade_jax.envs.backends.jax.interp.values import (
     is_num,
     kind_of,
 )
-from spade_jax.envs.backends.jax.ir import BOOL, FLOAT, STR, ActionVal, Masked, StrId, Text, unsupported
+from spade_jax.envs.backends.jax.ir import (
+    BOOL,
+    FLOAT,
+    INT,
+    STR,
+    ActionVal,
+    Masked,
+    StrId,
+    Text,
+    TVal,
+    str_domain,
+    unsupported,
+)
 
 # Loops unroll when traced, so a program can trace into a graph too large for XLA to compile (a
 # library knapsack retuned to 12 items brute-forces 4096 subsets: 221k operations, a 2-minute
@@ -259,7 +271,15 @@ class Expressions:
             return out
         if isinstance(base, StrId):
             if is_dyn(idx):
-                raise unsupported(node, "indexing a string with a data-dependent index")
+                if kind_of(idx) == FLOAT:
+                    raise unsupported(node, "string index that is not an integer")
+                # s[i]: pick among the positions of the string (out of range is assumed unreachable).
+                chars = [ch for _, ch in self.chars(base, node).items]
+                if not chars:
+                    return base
+                i = _as(_num(idx), jnp.int32)
+                i = lax.select(lax.lt(i, np.int32(0)), lax.add(i, self.table_map(base, len, INT)), i)
+                return self.gather(chars, i, node)
             return self.table_map(base, lambda s: s[idx], STR)
         if isinstance(base, str):
             if is_dyn(idx):
@@ -268,6 +288,12 @@ class Expressions:
                 return base[idx]
         if isinstance(base, range):
             base = list(base)
+        if isinstance(base, TVal) and base.kind == INT and not base.spec and not isinstance(idx, (StrId, str)):
+            chars = self.text_chars(base, node)  # str(n)[i]
+            n = self.call_builtin("len", [base], {}, node)
+            i = _as(_num(idx), jnp.int32)
+            i = lax.select(lax.lt(i, np.int32(0)), lax.add(i, n), i)
+            return self.gather([ch for _, ch in chars.items], i, node)
         if isinstance(base, Masked):
             raise unsupported(node, "indexing a filtered list")
         if not isinstance(base, (list, tuple)):
@@ -296,7 +322,7 @@ class Expressions:
             cols = [self.gather([row[k] for row in items], idx, node) for k in range(lengths.pop())]
             return tuple(cols) if isinstance(items[0], tuple) else cols
         if all(isinstance(x, (str, StrId)) for x in items):
-            return StrId(self._stack_index([self.str_id(x) for x in items], idx, jnp.int32))
+            return StrId(self._stack_index([self.str_id(x) for x in items], idx, jnp.int32), str_domain(*items))
         if all(is_num(x) for x in items):
             kinds = {kind_of(x) for x in items}
             dtype = jnp.bool_ if kinds == {BOOL} else jnp.float32 if FLOAT in kinds else jnp.int32

@@ -12,6 +12,7 @@ from spade_jax.envs.backends.jax.interp.calls import Calls
 from spade_jax.envs.backends.jax.interp.containers import Containers
 from spade_jax.envs.backends.jax.interp.draws import RandomDraws
 from spade_jax.envs.backends.jax.interp.expressions import MAX_TRACED_OPS, Expressions
+from spade_jax.envs.backends.jax.interp.loops import Loops
 from spade_jax.envs.backends.jax.interp.operators import Operators
 from spade_jax.envs.backends.jax.interp.predication import _UNSET, Frame, _NeedsState
 from spade_jax.envs.backends.jax.interp.statements import Statements
@@ -23,7 +24,9 @@ if TYPE_CHECKING:  # Program builds an Interp to fold its constants
     from spade_jax.envs.backends.jax.interp.program import Program
 
 
-class Interp(Statements, Expressions, Operators, Containers, Calls, ActionValues, TextOps, RandomDraws, Builtins):
+class Interp(
+    Statements, Loops, Expressions, Operators, Containers, Calls, ActionValues, TextOps, RandomDraws, Builtins
+):
     """One trace of a method. `host=True` evaluates on concrete Python values only (used to run
     action-parsing helpers on candidate action texts)."""
 
@@ -47,6 +50,8 @@ class Interp(Statements, Expressions, Operators, Containers, Calls, ActionValues
         self._lowered: dict[int, object] = {}
         self._try_stack: list = []
         self.depth = 0
+        self.loop_cap_hit = False  # see Statements.exec_while
+        self.loop_cap_lines: dict[int, int] = {}  # line of a loop that can reach its cap -> the cap
 
     # ----- method calls -----------------------------------------------------------------------
 
@@ -58,19 +63,28 @@ class Interp(Statements, Expressions, Operators, Containers, Calls, ActionValues
         names = [a.arg for a in params.args]
         if bind_self:
             names = names[1:]
-        if params.vararg or params.kwarg:
-            raise unsupported(fn, f"{fn.name}() takes *args/**kwargs")
+        if params.kwonlyargs:
+            raise unsupported(fn, f"{fn.name}() has keyword-only parameters")
         local_vars: dict = {}
         defaults = params.defaults
         default_map = {names[len(names) - len(defaults) + i]: d for i, d in enumerate(defaults)} if defaults else {}
-        if len(args) > len(names):
+        if len(args) > len(names) and not params.vararg:
             raise unsupported(node, f"{fn.name}() called with too many arguments")
         for name, value in zip(names, args):
             local_vars[name] = value
+        # Designers declare __init__(self, max_turns=10, **kwargs): the extras are a plain tuple/dict.
+        if params.vararg:
+            local_vars[params.vararg.arg] = tuple(args[len(names):])
+        extra = {}
         for k, v in kwargs.items():
             if k not in names:
-                raise unsupported(node, f"{fn.name}() has no parameter {k!r}")
+                if not params.kwarg:
+                    raise unsupported(node, f"{fn.name}() has no parameter {k!r}")
+                extra[k] = v
+                continue
             local_vars[k] = v
+        if params.kwarg:
+            local_vars[params.kwarg.arg] = extra
         for name in names:
             if name not in local_vars:
                 if name not in default_map:
@@ -99,6 +113,8 @@ class Interp(Statements, Expressions, Operators, Containers, Calls, ActionValues
             return True
         if isinstance(v, (list, tuple)):
             return any(self._has_dyn(x) for x in v)
+        if isinstance(v, dict):
+            return any(self._has_dyn(x) for x in v.values())
         return False
 
     def _host_call(self, fn, args, kwargs, node):

@@ -28,7 +28,7 @@ from spade_jax.envs.backends.jax.interp.values import (
     is_num,
     kind_of,
 )
-from spade_jax.envs.backends.jax.ir import BOOL, FLOAT, INT, ActionVal, Masked, StrId, Text, cat, unsupported
+from spade_jax.envs.backends.jax.ir import BOOL, FLOAT, INT, ActionVal, Masked, StrId, Text, TVal, cat, unsupported
 
 
 class Operators:
@@ -214,6 +214,9 @@ class Operators:
             if isinstance(r, ActionVal):
                 return self.actionval(lambda s: not r.eval(s))
             return not_(r)
+        if isinstance(op, (ast.Eq, ast.NotEq)) and (isinstance(a, TVal) or isinstance(b, TVal)):
+            r = self.compare_eq(a, b, node)
+            return r if isinstance(op, ast.Eq) else not_(r)
         if _has_av(a) or _has_av(b):
             if self._has_dyn(a) or self._has_dyn(b):
                 a, b = self._lower_deep(a), self._lower_deep(b)
@@ -242,6 +245,10 @@ class Operators:
         raise unsupported(node, f"comparison of {_kind_name(a)} and {_kind_name(b)}")
 
     def compare_eq(self, a, b, node):
+        if isinstance(a, Text) and isinstance(b, ActionVal):
+            a, b = b, a
+        if isinstance(a, ActionVal) and isinstance(b, TVal) and b.kind == INT and b.spec == "":
+            return self._action_equals_int_text(a, b.value)
         if _has_av(a) or _has_av(b):
             a, b = self._lower_deep(a), self._lower_deep(b)
         if not self._has_dyn(a) and not self._has_dyn(b):
@@ -271,6 +278,23 @@ class Operators:
             raise unsupported(node, "comparing composed text")
         return False
 
+    def _action_equals_int_text(self, av, x):
+        """text == str(x) for an action-derived text and a traced int: the text must be the
+        canonical decimal of an int32 (no sign '+', no leading zeros, no spaces) equal to x."""
+        def parse(t):
+            s = _ev(av, t)
+            if not isinstance(s, str):
+                return None
+            try:
+                n = int(s)
+            except ValueError:
+                return None
+            return n if str(n) == s and -(2**31) <= n < 2**31 else None
+
+        valid = self.lower(self.actionval(lambda t: parse(t) is not None))
+        value = self.lower(self.actionval(lambda t: parse(t) if parse(t) is not None else 0))
+        return and_(valid, lax.eq(value, _as(_num(x), jnp.int32)))
+
     def contains(self, container, item, node):
         if _has_av(container) or _has_av(item):
             if self._has_dyn(container) or self._has_dyn(item):
@@ -285,6 +309,8 @@ class Operators:
             raise unsupported(node, "substring test between two data-dependent strings")
         if isinstance(container, str) and isinstance(item, StrId):
             return self.table_map(item, lambda s: s in container, BOOL)
+        if isinstance(container, Text) and isinstance(item, (str, StrId)):
+            container = self.text_chars(container, node)  # "7" in str(n)
         if isinstance(container, dict):
             container = list(container.keys())
         if isinstance(container, range):

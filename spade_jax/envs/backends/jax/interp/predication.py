@@ -78,6 +78,11 @@ class Frame:
             self._keep = (self.mask, self.ret, self.brk, self.cont)
         return self._aval
 
+    def local_active(self):
+        """The path condition for binding a local name: like active() but ignoring paths that
+        already returned, since nothing on them reads this frame's locals again."""
+        return and_(self.mask, not_(or_(self.brk, self.cont)))
+
     def dead(self) -> bool:
         return self.active() is False
 

@@ -43,6 +43,7 @@ from spade_jax.envs.backends.jax.ir import (
     Text,
     UnsupportedProgram,
     select_text,
+    str_domain,
     unsupported,
 )
 
@@ -131,8 +132,6 @@ class Statements:
             self.exec_try(s, frame)
         elif isinstance(s, ast.Raise):
             raise unsupported(s, "raise statement (exceptions cannot be raised on device)")
-        elif isinstance(s, ast.While):
-            pass
         else:
             raise unsupported(s, f"{type(s).__name__} statement")
 
@@ -141,7 +140,7 @@ class Statements:
             raise unsupported(s, "for ... else")
         items = self.iterate(self.eval(s.iter, frame), s.iter)
         saved = (frame.mask, frame.brk, frame.cont)
-        frame.mask = frame.active()
+        frame.mask = frame.local_active()  # returned paths stay out through frame.ret
         frame.brk = False
         for cond, item in items:
             frame.cont = False
@@ -153,28 +152,6 @@ class Statements:
             frame.mask = inner
             if frame.brk is True or frame.ret is True:
                 break
-        frame.mask, frame.brk, frame.cont = saved
-
-    def exec_while(self, s: ast.While, frame: Frame):
-        if s.orelse:
-            raise unsupported(s, "while ... else")
-        saved = (frame.mask, frame.brk, frame.cont)
-        frame.mask = frame.active()
-        frame.brk = False
-        for _ in range(10_000):
-            frame.cont = False
-            cond = self.condition(s.test, frame)
-            if is_dyn(cond):
-                raise unsupported(s, "while loop with a data-dependent bound")
-            if not cond:
-                break
-            self.exec_block(s.body, frame)
-            if frame.brk is True or frame.ret is True:
-                break
-            if is_dyn(frame.brk):
-                raise unsupported(s, "while loop with a data-dependent break")
-        else:
-            raise unsupported(s, "while loop that runs more than 10000 times")
         frame.mask, frame.brk, frame.cont = saved
 
     def exec_try(self, s: ast.Try, frame: Frame):
@@ -223,12 +200,14 @@ class Statements:
         def copy(v):
             if isinstance(v, list):
                 return [copy(x) for x in v]
+            if isinstance(v, dict):
+                return {k: copy(x) for k, x in v.items()}
             return v
 
         return (
             {k: copy(v) for k, v in frame.locals.items()},
             {k: copy(v) for k, v in self.attrs.items()},
-            frame.mask, frame.ret, frame.retval, frame.brk, frame.cont, self.key,
+            frame.mask, frame.ret, frame.retval, frame.brk, frame.cont, self.key, self.loop_cap_hit,
         )
 
     def _restore(self, frame, snap):
@@ -236,7 +215,7 @@ class Statements:
         frame.locals.update(snap[0])
         self.attrs.clear()
         self.attrs.update(snap[1])
-        frame.mask, frame.ret, frame.retval, frame.brk, frame.cont, self.key = snap[2:]
+        frame.mask, frame.ret, frame.retval, frame.brk, frame.cont, self.key, self.loop_cap_hit = snap[2:]
 
     # ----- assignment -------------------------------------------------------------------------
 
@@ -246,6 +225,7 @@ class Statements:
             return
         if isinstance(target, ast.Name):
             old = frame.locals.get(target.id, _UNSET)
+            act = frame.local_active()
             frame.locals[target.id] = value if (act is True or old is _UNSET) else self.merge(act, value, old, target)
         elif isinstance(target, ast.Attribute):
             if not (isinstance(target.value, ast.Name) and target.value.id == "self"):
@@ -287,10 +267,21 @@ class Statements:
     def set_in(self, container, idxs, value, cond, node):
         idx = idxs[0]
         if isinstance(idx, ActionVal):
+            if isinstance(container, dict):
+                self._check_action_keys(container, idx, node)
             idx = self.lower(idx)
         if isinstance(container, dict):
             if is_dyn(idx) or isinstance(idx, StrId):
-                raise unsupported(node, "dict item assignment with a data-dependent key")
+                # One predicated store per key; a key outside the dict would add an item in Python.
+                for k in list(container.keys()):
+                    c = and_(cond, self.compare_eq(idx, k, node))
+                    if c is False:
+                        continue
+                    if len(idxs) > 1:
+                        self.set_in(container[k], idxs[1:], value, c, node)
+                    else:
+                        container[k] = self.merge(c, value, container[k], node)
+                return
             if len(idxs) > 1:
                 return self.set_in(container[idx], idxs[1:], value, cond, node)
             container[idx] = (
@@ -321,6 +312,18 @@ class Statements:
             else:
                 container[k] = self.merge(c, value, container[k], node)
 
+    def _check_action_keys(self, container: dict, key: ActionVal, node):
+        """A dict keeps a fixed key set: every action text that reaches this store must name a key
+        the dict already has (Python would add a new item)."""
+        apath = self._cur_apath
+        for text in self.vocab or []:
+            if apath is not None and apath.eval(text) is not True:
+                continue
+            k = key.eval(text)
+            if k is not _FAIL and k not in container:
+                raise unsupported(node, f"dict item assignment with key {k!r} from the action (not among the dict's "
+                                  "keys; a dict in state keeps a fixed key set)")
+
     # ----- merging values at the end of data-dependent branches ------------------------------
 
     def merge(self, c, a, b, node):
@@ -336,12 +339,9 @@ class Statements:
         if isinstance(b, ActionVal):
             b = self.lower(b)
         if isinstance(a, dict) and isinstance(b, dict):
-            if a.keys() == b.keys():
-                try:
-                    return {k: self.merge(c, a[k], b[k], node) for k in a}
-                except UnsupportedProgram:
-                    return {}
-            return {}
+            if list(a.keys()) != list(b.keys()):
+                raise unsupported(node, f"a dict with keys {list(a)} on one path and {list(b)} on another")
+            return {k: self.merge(c, a[k], b[k], node) for k in a}
         if a is None or b is None:
             if a is None and b is None:
                 return None
@@ -353,7 +353,7 @@ class Statements:
         if isinstance(a, (str, StrId)) and isinstance(b, (str, StrId)):
             if isinstance(a, str) and isinstance(b, str) and a == b:
                 return a
-            return StrId(where(c, self.str_id(a), self.str_id(b), jnp.int32))
+            return StrId(where(c, self.str_id(a), self.str_id(b), jnp.int32), str_domain(a, b))
         if isinstance(a, (str, StrId)) or isinstance(b, (str, StrId)):
             if is_num(a) or is_num(b):
                 return self.simplify_text(select_text(c, self.to_text(a, "", node), self.to_text(b, "", node)))

@@ -29,6 +29,10 @@ from spade_jax.envs.backends.jax.ir import (
     unsupported,
 )
 
+# Longest string whose characters a loop may visit (for ch in word, enumerate(word), choice(word)):
+# each position is one predicated pass of the loop body.
+MAX_STRING_CHARS = 64
+
 
 class TextOps:
     """Mixin of Interp: strings as table ids and observations as text templates."""
@@ -51,10 +55,52 @@ class TextOps:
                 outs.append(_FAIL)
         if result_kind == STR:
             ids = [self.table.id("" if o is _FAIL else str(o)) for o in outs]
-            return StrId(table_lookup(np.array(ids, np.int32), sid.id))
+            domain = None
+            if sid.domain is not None:
+                pos = {x: k for k, x in enumerate(strings)}
+                domain = frozenset(self.table.strings[ids[pos[x]]] if x in pos else "" for x in sid.domain)
+            return StrId(table_lookup(np.array(ids, np.int32), sid.id), domain)
         dtype = {INT: np.int32, BOOL: np.bool_, FLOAT: np.float32}[result_kind]
         arr = np.array([0 if o is _FAIL else o for o in outs], dtype)
         return table_lookup(arr, sid.id)
+
+    def chars(self, sid: StrId, node) -> Masked:
+        """The characters of a data-dependent string as a filtered list: position i exists where
+        the string is longer than i. Its capacity is the longest string the table holds, at most
+        MAX_STRING_CHARS (the table holds every string the program can have at this point)."""
+        pool = self.table.strings if sid.domain is None else sid.domain
+        longest = max((len(x) for x in pool), default=0)
+        if longest > MAX_STRING_CHARS:
+            raise unsupported(node, f"loop over the characters of a string that can be longer than {MAX_STRING_CHARS} "
+                              "characters")
+        return Masked([
+            (self.table_map(sid, lambda x, i=i: i < len(x), BOOL), self.table_map(sid, lambda x, i=i: x[i], STR))
+            for i in range(longest)
+        ])
+
+    def text_chars(self, t, node) -> Masked:
+        """The characters of str(n) for a traced int n (digits, after a '-' when negative): 11
+        positions, position j present where the decimal is longer than j."""
+        if not (isinstance(t, TVal) and t.kind == INT and t.spec == ""):
+            raise unsupported(node, "the characters of composed text (only str() of a whole number is spelled "
+                              "out on device)")
+        x = jnp.asarray(t.value, jnp.int32)
+        neg = x < 0
+        a = jnp.abs(x)
+        powers = np.array([10**k for k in range(10)], np.int64).astype(np.int32)
+        ndig = 1 + sum((a >= int(p)).astype(jnp.int32) for p in powers[1:])
+        sign = neg.astype(jnp.int32)
+        digit_ids = np.array([self.table.id(str(d)) for d in range(10)], np.int32)
+        minus = self.table.id("-")
+        domain = frozenset([str(d) for d in range(10)] + ["-", ""])
+        items = []
+        for j in range(11):
+            i = j - sign  # index among the digits, from the left
+            e = jnp.clip(ndig - 1 - i, 0, 9)
+            digit = (a // table_lookup(powers, e)) % 10
+            cid = jnp.where(jnp.logical_and(neg, j == 0), minus, table_lookup(digit_ids, digit))
+            items.append((j < ndig + sign, StrId(cid, domain)))
+        return Masked(items)
 
     def to_text(self, v, spec, node) -> Text:
         if isinstance(v, Text):

@@ -54,6 +54,13 @@ class Lambda:
         self.frame = frame
 
 
+class DynRange:
+    """range() with a data-dependent bound; loops over it unroll like a data-dependent while loop."""
+
+    def __init__(self, start, stop, step):
+        self.start, self.stop, self.step = start, stop, step
+
+
 class _Builtin:
     def __init__(self, name):
         self.name = name
@@ -86,6 +93,12 @@ class _DictView:
         if self.kind == "values":
             return list(self.d.values())
         return [(k, v) for k, v in self.d.items()]
+
+    def __iter__(self):  # list(d.keys()), sorted(d.items()) and friends on the host
+        return iter(self.items())
+
+    def __len__(self):
+        return len(self.d)
 
 
 def is_dyn(x) -> bool:
@@ -195,7 +208,8 @@ _HOST_BUILTINS = {
     "len": len, "range": range, "min": min, "max": max, "abs": abs, "sum": sum, "all": all, "any": any,
     "int": int, "float": float, "str": str, "bool": bool, "round": round, "list": list, "tuple": tuple,
     "sorted": sorted, "reversed": reversed, "enumerate": enumerate, "zip": zip, "divmod": divmod, "pow": pow,
-    "ord": ord, "chr": chr, "repr": repr, "set": set, "isinstance": isinstance, "map": map, "filter": filter,
+    "ord": ord, "chr": chr, "repr": repr, "set": set, "dict": dict, "isinstance": isinstance, "map": map,
+    "filter": filter,
 }
 _BUILTINS = set(_HOST_BUILTINS) | {"print"}
 _BUILTIN_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "list": list, "tuple": tuple}
