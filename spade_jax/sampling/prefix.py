@@ -49,8 +49,22 @@ def _extend(graphdef, params, cache, tokens_bt, valid_bt, keep_b, positions_bt, 
     return logits_bv, cache, positions_bt[:, -1]
 
 
+def _select_rows(cache, rows_b, *, cache_sharding):
+    """The cache rows `rows_b` (in that order) as a new cache: a kept cache compacted to the rows
+    still in play, so the extension and the decode stop paying for finished conversations."""
+    take = lambda x: jnp.take(x, rows_b, axis=1 if cache.stacked else 0)  # noqa: E731
+    k = take(cache.k) if cache.stacked else tuple(take(x) for x in cache.k)
+    v = take(cache.v) if cache.stacked else tuple(take(x) for x in cache.v)
+    cache = cache.replace(k=k, v=v, valid=jnp.take(cache.valid, rows_b, axis=0))
+    if cache_sharding is not None:
+        cache = jax.lax.with_sharding_constraint(cache, cache_sharding)
+    return cache
+
+
 # Process-wide, like the Sampler's prefill and decode: compiled once per model structure and shape.
 EXTEND = jax.jit(_extend, static_argnums=0, donate_argnums=(2,))
+# A gather per (kept rows, new rows) pair: a copy, cheap to compile.
+SELECT_ROWS = jax.jit(_select_rows, static_argnames=("cache_sharding",))
 # A plain copy (a cheap compile per size pair), so the model-sized extend program compiles per cache
 # size only, not per (old size, new size).
 GROW = jax.jit(_grow, static_argnames=("slots", "cache_sharding"))
@@ -71,8 +85,13 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def plan_reuse(kept: Kept, prompts, config, graphdef, params, width, batch, new_room, *, model, pad_token_id: int):
-    """(row of each prompt, tokens kept per row, left-padded tails and their mask, cache slots), or
-    None when a full prefill is the right call (see `Sampler.generate`)."""
+    """(row of each prompt, tokens kept per row, left-padded tails and their mask, cache slots, kept
+    rows to carry over), or None when a full prefill is the right call (see `Sampler.generate`).
+
+    When the prompts fit in fewer rows than the kept cache has (`batch`, the bucket a fresh prefill
+    would use, is smaller), the cache is compacted to the matched rows first: the last value lists
+    the kept rows that make up the new cache, in order (None: all of them, unchanged), and the
+    other values refer to the compacted rows."""
     if (model.spec.sliding_layers or kept.cache_dtype != config.kv_cache_dtype(model.dtype)
         or len(prompts) > len(kept.rows) or not kept.params.matches(graphdef, params)):
         return None
@@ -95,6 +114,13 @@ def plan_reuse(kept: Kept, prompts, config, graphdef, params, width, batch, new_
         keeps.append(best_keep)
     if sum(keeps) == 0:
         return None
+    order = None
+    if batch < len(rows):  # finished conversations hold rows: carry only the matched ones (plus filler)
+        matched = set(rows_of)
+        unused = [row for row in range(len(rows)) if row not in matched]
+        order = rows_of + unused[: batch - len(rows_of)]
+        rows = [rows[row] for row in order]
+        rows_of = list(range(len(prompts)))
     tail = max(len(p) - k for p, k in zip(prompts, keeps))
     tail_width = fit_bucket(tail, config.prompt_buckets, "prompt length")
     if len(rows) * tail_width >= batch * width:
@@ -114,4 +140,4 @@ def plan_reuse(kept: Kept, prompts, config, graphdef, params, width, batch, new_
         keep[row] = k
         tokens[row, tail_width - (len(prompt) - k):] = prompt[k:]
         valid[row, tail_width - (len(prompt) - k):] = True
-    return rows_of, keep, tokens, valid, slots
+    return rows_of, keep, tokens, valid, slots, order

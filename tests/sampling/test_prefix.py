@@ -209,3 +209,22 @@ def test_play_episodes_trajectories_are_identical_with_and_without_reuse(tempera
         assert a.tokens == b.tokens and a.actions == b.actions and a.rewards == b.rewards
         assert a.loss_mask == b.loss_mask
         np.testing.assert_allclose(a.behaviour_logprobs, b.behaviour_logprobs, atol=1e-5)
+
+
+def test_a_cache_with_finished_rows_is_compacted_to_the_rows_still_in_play(model, tokenizer):
+    on, off = Sampler(model, tokenizer), Sampler(model, tokenizer)
+    prompts, rng = _first_prompts()
+    first = on.generate(prompts, GREEDY, key=0)
+    on.pop_counts()
+    # Only the third conversation goes on (three finished): one row, not the kept four, is extended.
+    follow = [prompts[2] + first.tokens[2] + _user_turn(rng, 2, 0)]
+    got = on.generate(follow, GREEDY, key=1)
+    _check_same(got, off.generate(follow, GREEDY.replace(reuse_prefix=False), key=1))
+    assert on.last_reused_tokens == len(prompts[2]) + len(first.tokens[2]) - 1  # the last sampled token is fed
+    counts = on.pop_counts()
+    assert counts["prefill_rows"] == on.last_fed_tokens == 1 * 32  # one row x the smallest tail bucket
+    assert counts["decode_rows"] == 1 * max(len(t) for t in got.tokens)
+    # and the compacted cache serves the next turn too
+    again = [follow[0] + got.tokens[0] + _user_turn(rng, 2, 1)]
+    _check_same(on.generate(again, GREEDY, key=2), off.generate(again, GREEDY.replace(reuse_prefix=False), key=2))
+    assert on.last_reused_tokens > 0
