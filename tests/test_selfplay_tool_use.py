@@ -82,7 +82,7 @@ def test_memory_and_plr_keep_and_replay_a_tool_use_environment():
 
 
 def test_fixed_pool_and_compare_arms_take_the_tool_use_domain():
-    from experiments.compare import ARMS
+    from experiments.compare import ARMS, arms_from_base
     from spade_jax.config import load_config
     from spade_jax.envs.library import library_programs
     from spade_jax.selfplay import fixed_pool_envs
@@ -90,5 +90,5 @@ def test_fixed_pool_and_compare_arms_take_the_tool_use_domain():
     pool = fixed_pool_envs(None, "tool_use")
     assert [e.env_id for e in pool] == [f"lib-{p.name}" for p in library_programs(domain="tool_use")]
     assert {e.skill for e in pool} == set(TOOL_USE_SKILLS)
-    for _, name in ARMS:
-        assert load_config(name or "default", TOOL_USE).domain == "tool_use"
+    for arm in (*ARMS, *arms_from_base("tool_use")):
+        assert load_config(arm.config, [*TOOL_USE, *arm.overrides]).domain == "tool_use", arm.label

@@ -13,8 +13,10 @@ __all__ = ["UNTUNABLE", "apply_tuning", "constant_lines", "parse_tuning", "tunab
 
 _CONSTANT_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 # The episode's turn cap bounds the game, not its difficulty, and tunes that raised it were past
-# validation's turn limit in 5 of 19 failed tunes measured: it is left out of tuning.
-UNTUNABLE = frozenset({"MAX_TURNS"})
+# validation's turn limit in 5 of 19 failed tunes measured: it is left out of tuning. So is the
+# library's partial-credit scale (a loss pays PARTIAL x its progress): a tune raising it would pay
+# losses almost like wins, a reward change rather than a difficulty change.
+UNTUNABLE = frozenset({"MAX_TURNS", "PARTIAL"})
 _ASSIGNMENT_LINE = re.compile(r"(?<![\w.])([A-Z][A-Z0-9_]*)\s*(?::\s*[A-Za-z_][\w.\[\],]*)?\s*=(?!=)\s*(.*)")
 _FENCE = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
