@@ -256,7 +256,7 @@ MAX_SEED = 2**63 - 1  # largest seed both numpy and jax.random.key accept
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     name: str = "smollm2-135m-instruct"  # preset name, HF directory or .gguf file
-    dtype: str = "float32"  # compute dtype (f32 is faster than bf16 on XLA:CPU)
+    dtype: str = "float32"  # compute dtype; bfloat16 pays where the CPU has bf16 dots (benchmarks/bf16_parity.py)
     param_dtype: str = "float32"  # stored params; the optimizer keeps f32 masters either way
     attn_chunk: int | None = 512  # attention query block: bounds prefill/training memory (null: off)
     remat: bool = True  # recompute each block in the backward pass (training memory ~ one block)
