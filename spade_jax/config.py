@@ -21,7 +21,7 @@ from spade_jax.curriculum import CurriculumConfig
 from spade_jax.curriculum.corpus import CorpusConfig
 from spade_jax.envs.backends import BACKEND_CHOICES
 from spade_jax.envs.backends.sandbox import SandboxConfig
-from spade_jax.envs.library import LIBRARY_POOL, library_pool_names
+from spade_jax.envs.library import LIBRARY_POOL, parse_library_pool
 from spade_jax.envs.validate import ValidationConfig
 from spade_jax.evaluation.suites import SUITES
 from spade_jax.knobs import ConfigError, choice, finite as _finite, in_range, positive
@@ -301,6 +301,8 @@ class Config:
     train_on_hinted: bool = False  # also train the agent on its hinted plays
     # fixed_pool: a directory of *.py environment programs, "library:name,name" for some library
     # programs (spade_jax/envs/library), or None for the whole library
+    # fixed_pool: a directory of programs, or `library:a,b(CONST=value, ...)` (library programs, optionally
+    # with tunable constants set: an easier or harder variant); None: the domain's whole library
     env_pool: str | None = None
     backend: str = "auto"  # environment backend: auto (JAX where the program fits), jax or sandbox
     max_parallel_episodes: int = 64  # episodes played in lockstep (each sandboxed env is a process)
@@ -356,11 +358,13 @@ class Config:
         if self.max_minutes is not None:
             positive(self.max_minutes, "max_minutes", allow_zero=True)
         if self.env_pool is not None and self.env_pool.startswith(LIBRARY_POOL):
-            from spade_jax.envs.library import library_program
-
             try:
-                for name in library_pool_names(self.env_pool):
-                    library_program(name)
+                entries = parse_library_pool(self.env_pool)
+                for entry in entries:
+                    entry.source()  # the program exists and takes the constants given
+                ids = [entry.env_id for entry in entries]
+                if len(set(ids)) != len(ids):
+                    raise ValueError("names the same program with the same constants twice")
             except ValueError as err:
                 raise ConfigError(f"env_pool: {err}") from None
         choice(self.eval_suite, tuple(SUITES), "eval_suite")

@@ -441,6 +441,15 @@ class SelfPlay:
             "agent/truncated_share": float(np.mean([t.truncated for t in trajectories])) if trajectories else 0.0,
             **env_error_metrics(trajectories),
         }
+        if self.cfg.mode == "fixed_pool":  # the pool never changes: a curve per environment
+            for (env_id, arm), trajs in sorted(rewards.items()):
+                if arm != "nohint":
+                    continue
+                wins = sum(t.won for t in trajs)
+                mean = float(np.mean([t.episode_reward for t in trajs]))
+                out[f"pool/{env_id}/win_rate"] = wins / len(trajs)
+                out[f"pool/{env_id}/mean_reward"] = mean
+                log.info("plays: %s won %d of %d, mean reward %.3f", env_id, wins, len(trajs), mean)
         if hinted:
             regrets = [e.regret for e in self.pool if e.valid and not math.isnan(e.r_hint)]
             out["designer/regret_mean"] = float(np.mean(regrets)) if regrets else 0.0
@@ -672,14 +681,15 @@ class _BrokenEnv:
 
 def fixed_pool_envs(env_pool: str | None, domain: str = "games") -> list[PoolEnv]:
     """The fixed pool: every `*.py` program in a directory, the library programs named after
-    `library:` (comma-separated), or the domain's whole library when none is given."""
-    from spade_jax.envs.library import LIBRARY_POOL, library_pool_names, library_program, library_programs
+    `library:` (comma-separated, each optionally with constants set: `knights_knaves(PEOPLE=3)`), or
+    the domain's whole library when none is given."""
+    from spade_jax.envs.library import LIBRARY_POOL, library_program, library_programs, parse_library_pool
 
     if not env_pool:
         return [PoolEnv(f"lib-{p.name}", p.skill, "library", p.source, True) for p in library_programs(domain=domain)]
     if env_pool.startswith(LIBRARY_POOL):
-        programs = [library_program(name) for name in library_pool_names(env_pool)]
-        return [PoolEnv(f"lib-{p.name}", p.skill, "library", p.source, True) for p in programs]
+        return [PoolEnv(entry.env_id, library_program(entry.name).skill, "library", entry.source(), True)
+                for entry in parse_library_pool(env_pool)]
     root = Path(env_pool)
     if not root.is_dir():
         raise FileNotFoundError(f"env_pool {env_pool} is not a directory of environment programs (*.py)")

@@ -1,6 +1,7 @@
 """Config machinery: YAML + key=value overrides into frozen dataclasses, with one-line errors."""
 
 import dataclasses
+import re
 
 import pytest
 
@@ -244,3 +245,26 @@ def test_tool_use_domain_knob_errors_are_one_line(overrides, message):
         load_config("default", overrides)
     assert "\n" not in str(info.value)
     assert load_config("tool_use").domain == "tool_use"
+
+
+def test_a_library_pool_sets_constants_of_its_programs():
+    from spade_jax.config import load_config
+    from spade_jax.envs.constants import tunable_constants
+    from spade_jax.selfplay import fixed_pool_envs
+
+    config = load_config("fixed_pool", ["env_pool=library:knights_knaves(PEOPLE=3, QUESTIONS=2),knights_knaves"])
+    easy, default = fixed_pool_envs(config.env_pool)
+    assert (easy.env_id, default.env_id) == ("lib-knights_knaves-PEOPLE=3-QUESTIONS=2", "lib-knights_knaves")
+    assert tunable_constants(easy.source) == {**tunable_constants(default.source), "PEOPLE": 3, "QUESTIONS": 2}
+    for pool, message in [
+        ("library:knights_knaves(PEOPEL=3)", "no tunable constant PEOPEL; the program has PEOPLE, QUESTIONS"),
+        ("library:knights_knaves(PEOPLE='3')", "PEOPLE='3' does not fit PEOPLE=5"),
+        ("library:knights_knaves(MAX_TURNS=30)", "no tunable constant MAX_TURNS"),  # not tunable
+        ("library:knights_knaves(PEOPLE=3),knights_knaves(PEOPLE=3)", "same program with the same constants twice"),
+        ("library:knights_knaves(3)", "is not name or name(CONSTANT=value, ...)"),
+        ("library:knights_knaves(PEOPLE=x)", "PEOPLE=x is not a Python literal"),
+        ("library:knights_knaves(", "does not parse"),
+    ]:
+        with pytest.raises(ConfigError, match=r"^env_pool: .*" + re.escape(message)) as info:
+            load_config("fixed_pool", [f"env_pool={pool}"])
+        assert "\n" not in str(info.value)

@@ -64,6 +64,8 @@ def test_failed_plays_are_counted_by_kind_and_logged_with_the_env_id(sandbox, ca
     by_env = {t.group[0]: t for t in trajectories}
     assert by_env["file-hangs"].meta["env_error"] == "timeout"  # kept for the designer's hung-step penalty
     assert by_env["file-raises"].episode_reward == -1.0 and by_env["file-calm"].episode_reward == 0.0
+    # a fixed pool gets a curve per environment
+    assert metrics["pool/file-raises/mean_reward"] == -1.0 and metrics["pool/file-calm/win_rate"] == 0.0
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2  # one line per environment and kind, not one per play
     assert any("file-raises" in m and "2 of 2 plays failed (exception)" in m and "zapped" in m for m in lines)

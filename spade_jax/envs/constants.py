@@ -9,7 +9,7 @@ from typing import Any
 
 from spade_jax.envs.program import strip_thinking
 
-__all__ = ["UNTUNABLE", "apply_tuning", "constant_lines", "parse_tuning", "tunable_constants"]
+__all__ = ["UNTUNABLE", "apply_tuning", "constant_lines", "parse_tuning", "set_constants", "tunable_constants"]
 
 _CONSTANT_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 # The episode's turn cap bounds the game, not its difficulty, and tunes that raised it were past
@@ -177,6 +177,20 @@ def apply_tuning(base_source: str, reply_text: str) -> str:
         tail = lines[node.end_lineno - 1][node.end_col_offset :]
         lines[node.lineno - 1 : node.end_lineno] = [head + text.encode("utf-8") + tail]
     return b"".join(lines).decode("utf-8")
+
+
+def set_constants(source: str, values: dict[str, Any]) -> str:
+    """The program with its tunable constants set to `values` (a person's choice, e.g. an easier
+    variant in a fixed pool): unlike a designer's tune, a name the program does not have, or a value
+    of another type, is an error (ValueError, one line) instead of being ignored."""
+    constants = tunable_constants(source)
+    for name, value in values.items():
+        if name not in constants:
+            have = ", ".join(constants) or "none"
+            raise ValueError(f"no tunable constant {name}; the program has {have}")
+        if not _fits(constants[name], value):
+            raise ValueError(f"{name}={value!r} does not fit {name}={constants[name]!r} (another type)")
+    return apply_tuning(source, "\n".join(f"{name} = {value!r}" for name, value in values.items()))
 
 
 def constant_lines(source: str, max_value_chars: int) -> list[str]:

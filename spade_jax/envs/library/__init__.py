@@ -4,8 +4,11 @@ games (this folder) and tool use (tool_use/). Each program is one file (standard
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import re
 from pathlib import Path
+from typing import Any
 
 SKILLS = (
     "mathematical reasoning",
@@ -122,12 +125,61 @@ def library_program(name: str) -> LibraryProgram:
 LIBRARY_POOL = "library:"  # env_pool prefix naming library programs, e.g. "library:knapsack,grid_maze"
 
 
-def library_pool_names(env_pool: str) -> list[str]:
-    """The program names of a `library:a,b` pool spec (not checked here: see library_program)."""
-    names = [name.strip() for name in env_pool[len(LIBRARY_POOL):].split(",") if name.strip()]
-    if not names:
-        raise ValueError(f"{env_pool!r} names no library program; write e.g. 'library:knapsack,grid_maze'")
-    return names
+@dataclasses.dataclass(frozen=True)
+class PoolEntry:
+    """One program of a `library:` pool, with the constants it is played at (none: its defaults)."""
+
+    name: str
+    constants: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def env_id(self) -> str:
+        """`lib-<name>`, and `-NAME=value` per set constant (file- and metric-name safe)."""
+        parts = [f"lib-{self.name}"] + [f"{k}={v!r}" for k, v in self.constants]
+        return re.sub(r"[^A-Za-z0-9_.=,-]+", "", "-".join(parts))
+
+    def source(self) -> str:
+        """The program's text with the entry's constants written in (ValueError when one does not fit)."""
+        from spade_jax.envs.constants import set_constants
+
+        source = library_program(self.name).source
+        if not self.constants:
+            return source
+        try:
+            return set_constants(source, dict(self.constants))
+        except ValueError as err:
+            raise ValueError(f"library program {self.name}: {err}") from None
+
+
+def parse_library_pool(env_pool: str) -> list[PoolEntry]:
+    """The entries of a `library:a,b(NAME=value, ...)` pool spec: program names, each optionally with
+    tunable constants set to Python literals (an easier or harder variant of the program). Names and
+    constants are not checked here: see PoolEntry.source."""
+    spec = env_pool[len(LIBRARY_POOL):].strip()
+    usage = "write e.g. 'library:knapsack,knights_knaves(PEOPLE=3, QUESTIONS=2)'"
+    if not spec.strip(" ,"):
+        raise ValueError(f"{env_pool!r} names no library program; {usage}")
+    try:
+        items = ast.parse(f"({spec},)", mode="eval").body.elts
+    except (SyntaxError, ValueError):
+        raise ValueError(f"{env_pool!r} does not parse; {usage}") from None
+    entries = []
+    for item in items:
+        if isinstance(item, ast.Name):
+            entries.append(PoolEntry(item.id))
+            continue
+        if not (isinstance(item, ast.Call) and isinstance(item.func, ast.Name) and not item.args
+                and all(k.arg for k in item.keywords)):
+            raise ValueError(f"{env_pool!r}: {ast.unparse(item)!r} is not name or name(CONSTANT=value, ...); {usage}")
+        constants = []
+        for keyword in item.keywords:
+            try:
+                constants.append((keyword.arg, ast.literal_eval(keyword.value)))
+            except (ValueError, TypeError, SyntaxError):
+                raise ValueError(f"{env_pool!r}: {keyword.arg}={ast.unparse(keyword.value)} is not a Python "
+                                 "literal") from None
+        entries.append(PoolEntry(item.func.id, tuple(constants)))
+    return entries
 
 
 def load_library_env(name: str):
