@@ -15,6 +15,7 @@ from spade_jax.run.records import fmt, number, plain
 # Metrics drawn in plots/, in this order; only those a run logged get a figure.
 PLOT_KEYS = (
     "agent/win_rate",
+    "agent/mean_reward",
     "eval/success_rate",
     "designer/valid_rate",
     "designer/regret_mean",
@@ -71,7 +72,37 @@ def write_plots(run_dir: Path, history: list[dict]) -> list[Path]:
         path = plot_dir / f"{key.replace('/', '_')}.png"
         fig.savefig(path)
         written.append(path)
-    return written
+    pool = _pool_plot(plot_dir, history)
+    return written + ([pool] if pool else [])
+
+
+def _pool_plot(plot_dir: Path, history: list[dict]) -> Path | None:
+    """plots/pool_win_rate.png: a fixed pool's win rate per environment (`pool/<env>/win_rate`), one line
+    each; None when no such metric was logged."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    keys = sorted({k for r in history for k in r if k.startswith("pool/") and k.endswith("/win_rate")})
+    if not keys:
+        return None
+    plot_dir.mkdir(exist_ok=True)
+    fig = Figure(figsize=(7, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    for key in keys:
+        points = [(r["iteration"], number(r[key])) for r in history if number(r.get(key)) is not None]
+        if points:
+            xs, ys = zip(*points)
+            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, linewidth=1.2, label=key[len("pool/"):-len("/win_rate")])
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("win rate")
+    ax.set_title("win rate per environment of the pool")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize="x-small")
+    fig.tight_layout()
+    path = plot_dir / "pool_win_rate.png"
+    fig.savefig(path)
+    return path
 
 
 def write_summary(

@@ -33,6 +33,8 @@ def _metrics(i):
         "designer/regret_mean": 0.02 * i,
         "memory/size": i * 3,
         "agent/win_rate_per_env": np.array([0.5, 0.25]),
+        "pool/lib-a/win_rate": 0.25 * i,
+        "pool/lib-b/win_rate": 0.5,
         "time/designer": 0.5,
         "time/agent": 1.5,
     }
@@ -57,7 +59,7 @@ def test_metrics_config_plots_summary(tmp_path):
     plots = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
     # in-band share was never logged, so it gets no figure.
     assert plots == ["agent_win_rate.png", "designer_regret_mean.png",
-                     "designer_valid_rate.png", "loss.png"]
+                     "designer_valid_rate.png", "loss.png", "pool_win_rate.png"]
     assert _png_size(tmp_path / "plots" / "loss.png") == (600, 350)
 
     summary = (tmp_path / "summary.md").read_text()
