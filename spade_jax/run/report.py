@@ -93,7 +93,8 @@ def _pool_plot(plot_dir: Path, history: list[dict]) -> Path | None:
         points = [(r["iteration"], number(r[key])) for r in history if number(r.get(key)) is not None]
         if points:
             xs, ys = zip(*points)
-            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, linewidth=1.2, label=key[len("pool/"):-len("/win_rate")])
+            label = key[len("pool/"):-len("/win_rate")]
+            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, linewidth=1.2, label=label)
     ax.set_xlabel("iteration")
     ax.set_ylabel("win rate")
     ax.set_title("win rate per environment of the pool")
