@@ -25,7 +25,8 @@ class CausalChainEnv:
         self.turn = 0
         self.done = False
         intro = (
-            f"Variables 1..{self.VARS} are all 0. {self.CHAIN} of them form a hidden causal chain A -> B -> C -> D: "
+            f"Variables 1..{self.VARS} are all 0. {self.CHAIN} of them form a hidden causal chain "
+            "(root -> ... -> end): "
             "setting a variable to 1 sets everything downstream of it to 1. The others affect nothing and "
             f"nothing affects them. Intervene (at most {self.INTERVENTIONS} times), then name the chain in order."
         )
@@ -57,7 +58,7 @@ class CausalChainEnv:
             return self._observe(f"Wrong; the chain was {self._answer()}. You lose."), reward, True, False, {}
         else:
             message = (
-                f"Invalid action (turn lost): \\boxed{{k}} intervenes on variable k (interventions left: "
+                f"Invalid action (turn lost): \\boxed{{2}} intervenes on variable 2 (interventions left: "
                 f"{self.INTERVENTIONS - self.used}); \\boxed{{...}} with {self.CHAIN} digits names the chain."
             )
         if self.turn >= self.MAX_TURNS:
@@ -86,7 +87,8 @@ class CausalChainEnv:
         return (
             f"{message}\nInterventions so far (values of X1..X{self.VARS}): {log if self.used > 0 else 'none'}. "
             f"Interventions left: {self.INTERVENTIONS - self.used}. Turn {self.turn}/{self.MAX_TURNS}.\n"
-            f"Actions: \\boxed{{k}} sets variable k to 1 (1..{self.VARS}); \\boxed{{2514}} names the chain "
+            f"Actions: \\boxed{{1}} sets variable 1 to 1 (any of 1..{self.VARS}); "
+            f"\\boxed{{{''.join(str(self.VARS - i) for i in range(self.CHAIN))}}} names a chain of {self.CHAIN} "
             "from its root to its end."
         )
 

@@ -52,7 +52,10 @@ class CodeBreakerEnv:
                 reward = self.PARTIAL * self.last_exact / self.LENGTH
                 return self._observe(message + " No guesses left; you lose."), reward, True, False, {}
         else:
-            message = f"Invalid action (turn lost): guess {self.LENGTH} digits 1..{self.DIGITS}, e.g. \\boxed{{1234}}."
+            message = (
+                f"Invalid action (turn lost): guess {self.LENGTH} digits 1..{self.DIGITS}, e.g. "
+                f"\\boxed{{{''.join(str(1 + i % self.DIGITS) for i in range(self.LENGTH))}}}."
+            )
         if self.turn >= self.MAX_TURNS:
             self.done = True
             return self._observe(message + " Out of turns."), 0.0, False, True, {}
@@ -79,7 +82,8 @@ class CodeBreakerEnv:
         return (
             f"{message}\nLast guess: {last} (exact {self.last_exact}, near {self.last_near}). "
             f"Guesses used: {self.guesses}/{self.MAX_GUESSES}. Turn {self.turn}/{self.MAX_TURNS}.\n"
-            f"Actions: \\boxed{{dddd}} with {self.LENGTH} digits 1..{self.DIGITS}, e.g. \\boxed{{1126}}."
+            f"Actions: \\boxed{{{''.join(str(1 + i % self.DIGITS) for i in range(self.LENGTH))}}} guesses a code "
+            f"({self.LENGTH} digits 1..{self.DIGITS})."
         )
 
     def _parse(self, action):

@@ -53,7 +53,8 @@ class DeliveryRouteEnv:
                 return self._observe(message), self.PARTIAL * self.best / self.length, True, False, {}
         else:
             message = (
-                "Invalid action (turn lost): drive to an unvisited town with \\boxed{k}; \\boxed{0} only at the end."
+                "Invalid action (turn lost): drive to an unvisited town, e.g. \\boxed{1} for town 1; \\boxed{0} "
+                "only at the end."
             )
         if self.turn >= self.MAX_TURNS:
             self.done = True
@@ -101,7 +102,8 @@ class DeliveryRouteEnv:
             f"{message}\nDistances in km to towns 0..{self.TOWNS}:\n{table}\n"
             f"You are at town {self.at}. Driven: {self.length} km. "
             f"Towns left: {'none, return to 0' if all(self.visited) else left}. Turn {self.turn}/{self.MAX_TURNS}.\n"
-            "Actions: \\boxed{k} drives to town k."
+            "Actions: \\boxed{1} drives to town 1 (any town not yet visited); \\boxed{0} returns to the depot at the "
+            "end."
         )
 
     def _parse(self, action):

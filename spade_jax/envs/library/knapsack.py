@@ -56,7 +56,10 @@ class KnapsackEnv:
                 self.done = True
                 return self._observe(message + " The bag tears; you lose."), 0.0, True, False, {}
         else:
-            message = "Invalid action (turn lost): pack an unpacked item with \\boxed{k}, or finish with \\boxed{done}."
+            message = (
+                "Invalid action (turn lost): pack an unpacked item, e.g. \\boxed{1} for item 1, or finish with "
+                "\\boxed{done}."
+            )
         if self.turn >= self.MAX_TURNS:
             self.done = True
             return self._observe(message + " Out of turns."), 0.0, False, True, {}
@@ -77,7 +80,7 @@ class KnapsackEnv:
         return (
             f"{message}\nItems:\n{items}\nBag: weight {self.load}/{self.capacity}, value {self.total}. "
             f"Turn {self.turn}/{self.MAX_TURNS}.\n"
-            f"Actions: \\boxed{{k}} packs item k (1..{self.ITEMS}); \\boxed{{done}} finishes."
+            f"Actions: \\boxed{{1}} packs item 1 (any of 1..{self.ITEMS}); \\boxed{{done}} finishes."
         )
 
     def _parse(self, action):

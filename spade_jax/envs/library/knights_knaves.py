@@ -54,7 +54,7 @@ class KnightsKnavesEnv:
             return self._observe(f"Wrong; the truth was {self._truth()}. You lose."), reward, True, False, {}
         else:
             message = (
-                "Invalid action (turn lost): ask with \\boxed{ij} (two digits, i != j, questions left) or answer "
+                "Invalid action (turn lost): ask with two digits, e.g. \\boxed{12} (questions left) or answer "
                 f"with \\boxed{{...}}: {self.PEOPLE} digits, 1 = knight and 2 = knave."
             )
         if self.turn >= self.MAX_TURNS:
@@ -91,8 +91,9 @@ class KnightsKnavesEnv:
             f"{message}\nKnights: exactly {self.count} of {self.PEOPLE}. "
             f"Answers so far: {heard if self.asked > 0 else 'none'}. "
             f"Questions left: {self.QUESTIONS - self.asked}. Turn {self.turn}/{self.MAX_TURNS}.\n"
-            "Actions: \\boxed{ij} asks person i whether person j is a knight (e.g. \\boxed{13}); "
-            f"\\boxed{{...}} with {self.PEOPLE} digits (1 = knight, 2 = knave, e.g. \\boxed{{12212}}) answers."
+            "Actions: \\boxed{12} asks person 1 whether person 2 is a knight; "
+            f"\\boxed{{{''.join(str(1 + p % 2) for p in range(self.PEOPLE))}}} answers with {self.PEOPLE} digits, "
+            "the k-th for person k (1 = knight, 2 = knave)."
         )
 
     def _parse(self, action):

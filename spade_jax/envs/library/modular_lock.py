@@ -53,7 +53,7 @@ class ModularLockEnv:
                 reward = self.PARTIAL * right / self.DIALS
                 return self._observe(message + " The lock jams; you lose."), reward, True, False, {}
         else:
-            message = f"Invalid action (turn lost): press a button with \\boxed{{k}}, k in 1..{self.BUTTONS}."
+            message = f"Invalid action (turn lost): press a button, e.g. \\boxed{{1}} (buttons 1..{self.BUTTONS})."
         if self.turn >= self.MAX_TURNS:
             self.done = True
             return self._observe(message + " Out of turns."), 0.0, False, True, {}
@@ -80,7 +80,7 @@ class ModularLockEnv:
             f"{message}\nDials: {' '.join(str(v) for v in self.dials)}. "
             f"Target: {' '.join(str(v) for v in self.target)}. "
             f"Presses used: {self.used}/{self.MAX_PRESSES}. Turn {self.turn}/{self.MAX_TURNS}.\n"
-            f"Buttons: {buttons}\nActions: \\boxed{{1}}, \\boxed{{2}} or \\boxed{{3}} presses that button."
+            f"Buttons: {buttons}\nActions: \\boxed{{1}} presses button 1 (any of 1..{self.BUTTONS})."
         )
 
     def _parse(self, action):

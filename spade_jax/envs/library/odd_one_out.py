@@ -62,7 +62,7 @@ class OddOneOutEnv:
                 self.done = True
                 return self._observe(message + f" The property was: {self._rule()}. You win!"), 1.0, True, False, {}
         else:
-            message = f"Invalid action (turn lost): pick a position with \\boxed{{k}}, k in 1..{self.CHOICES}."
+            message = f"Invalid action (turn lost): pick a position, e.g. \\boxed{{1}} (positions 1..{self.CHOICES})."
         if self.turn >= self.MAX_TURNS:
             self.done = True
             return self._observe(message + " Out of turns."), 0.0, False, True, {}
@@ -114,7 +114,7 @@ class OddOneOutEnv:
         return (
             f"{message}\nRound {current + 1}/{self.ROUNDS}: {shown}\n"
             f"Lives: {self.lives}. Turn {self.turn}/{self.MAX_TURNS}.\n"
-            f"Actions: \\boxed{{k}} picks the number at position k (1..{self.CHOICES})."
+            f"Actions: \\boxed{{1}} picks the number at position 1 (any of 1..{self.CHOICES})."
         )
 
     def _parse(self, action):

@@ -83,7 +83,7 @@ class SequenceRuleEnv:
         return (
             f"{message}\nSequence so far: {seen}, ?\nLives: {self.lives}. "
             f"Terms left to predict: {self.SHOWN + self.ROUNDS - self.known}. Turn {self.turn}/{self.MAX_TURNS}.\n"
-            "Actions: \\boxed{n} predicts the next term (an integer)."
+            "Actions: \\boxed{42} predicts that the next term is 42 (any integer)."
         )
 
     def _parse(self, action):

@@ -91,8 +91,10 @@ class SwitchLightsEnv:
         return (
             f"{message}\nObservations: {log}\nExperiments left: {self.EXPERIMENTS - self.used}. "
             f"Turn {self.turn}/{self.MAX_TURNS}.\n"
-            f"Actions: \\boxed{{0110}} sets switches 1..{self.COUNT} (1 = on) and shows the lights; "
-            f"\\boxed{{3142}} answers: the k-th digit is the switch driving light k."
+            f"Actions: \\boxed{{{''.join(str((s + 1) % 2) for s in range(self.COUNT))}}} sets switches "
+            f"1..{self.COUNT} (1 = on) and shows the lights; "
+            f"\\boxed{{{''.join(str(self.COUNT - j) for j in range(self.COUNT))}}} answers: the k-th digit "
+            "is the switch driving light k."
         )
 
     def _parse(self, action):
