@@ -13,7 +13,9 @@ compiles that the other would then reuse; programs first seen in a measured run 
 --async-staleness K compares asynchronous play instead (ours: `async_staleness=K`, the next iteration's
 rollouts sampled during the update; baseline: the synchronous loop, `async_staleness=0`), both with the
 config's backend: seconds per iteration (the run's training clock, `run/train_s`, over its iterations),
-the overlapped seconds, and the ratio.
+the overlapped seconds, and the ratio. Its warm-up runs are whole runs of both arms (the sampler's
+compiled programs are shared by every run in the process: a one-iteration warm-up left the later
+iterations' shapes to the arm measured first).
 
 Model compute: the run's metrics count the token rows the sampler fed through the model (prefill and
 decode steps, padding included: `tokens/*`) and the update's rows x length. Their weight-matmul FLOPs
@@ -162,9 +164,9 @@ def compare_async(args) -> int:
     arms = {"sync": [*common, "async_staleness=0"], "async": [*common, f"async_staleness={args.async_staleness}"]}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.out) if args.out else Path(tmp)
-        if not args.no_warmup:
-            for name, overrides in arms.items():
-                run_once(args.config, [*overrides, "iterations=1"], Path(tmp) / f"warmup-{name}")
+        if not args.no_warmup:  # whole runs: the sampler's programs compile once per process, for each shape
+            for name, overrides in arms.items():  # a run meets, so the arm measured first would pay them all
+                run_once(args.config, overrides, Path(tmp) / f"warmup-{name}")
         runs = {name: run_once(args.config, overrides, root / name) for name, overrides in arms.items()}
     ours, base = runs["async"], runs["sync"]
     per_ours, per_base = ours["train_s"] / ours["iterations"], base["train_s"] / base["iterations"]
