@@ -3,12 +3,19 @@ every environment (the baseline: how a sandbox-only stack would run the same ite
 share of our iteration that is model compute, against this CPU's measured matmul rate.
 
 python benchmarks/iteration.py [--config tiny|default|laptop] [--iterations N] [--out DIR]
-                               [--no-sandbox] [key=value ...]
+                               [--no-sandbox] [--async-staleness K] [key=value ...]
 
 With --out the two run directories are kept (DIR/auto, DIR/sandbox: metrics, envs, plots). One-iteration
 warm-up runs of both go first (not reported), so that neither measured run pays one-off jit
 compiles that the other would then reuse; programs first seen in a measured run still compile there.
 --no-sandbox skips the sandbox-forced runs (the phases are then compared with the matmul rate only).
+
+--async-staleness K compares asynchronous play instead (ours: `async_staleness=K`, the next iteration's
+rollouts sampled during the update; baseline: the synchronous loop, `async_staleness=0`), both with the
+config's backend: seconds per iteration (the run's training clock, `run/train_s`, over its iterations),
+the overlapped seconds, and the ratio. Its warm-up runs are whole runs of both arms (the sampler's
+compiled programs are shared by every run in the process: a one-iteration warm-up left the later
+iterations' shapes to the arm measured first).
 
 Model compute: the run's metrics count the token rows the sampler fed through the model (prefill and
 decode steps, padding included: `tokens/*`) and the update's rows x length. Their weight-matmul FLOPs
@@ -44,6 +51,11 @@ def run_once(config_name: str, overrides: list[str], out: Path) -> dict:
     records = read_metrics(out)
     times = {p: sum(r.get(f"time/{p}", 0.0) or 0.0 for r in records) for p in PHASES}
     times["total"] = total
+    clock = [r.get("run/train_s", 0.0) or 0.0 for r in records]  # training seconds so far, per iteration
+    times["train_s"] = clock[-1] if clock else 0.0
+    times["iterations"] = len(records)
+    for key in ("async/overlap_s", "async/wait_s"):
+        times[key] = sum(r.get(key, 0.0) or 0.0 for r in records)
     for key in ("tokens/prefill_rows", "tokens/decode_rows", "tokens/generated_tokens"):
         times[key] = sum(r.get(key, 0) or 0 for r in records)
     times["train_tokens"] = sum(
@@ -101,8 +113,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="keep the two run directories here (default: a temporary one)")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unreported warm-up run")
     parser.add_argument("--no-sandbox", action="store_true", help="skip the sandbox-forced baseline runs")
+    parser.add_argument("--async-staleness", type=int, default=None, metavar="K",
+                        help="compare async_staleness=K against the synchronous loop instead")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
+    if args.async_staleness is not None:
+        return compare_async(args)
     common = [f"iterations={args.iterations}", *args.overrides]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.out) if args.out else Path(tmp)
@@ -139,6 +155,30 @@ def main(argv=None) -> int:
     print(f"| whole iteration | {share['inference_s'] + share['train_s']:.1f} | {ours['total']:.1f} "
           f"| {share['total_share']:.1%} |")
     print(json.dumps({"ours": ours, "sandbox": base, "matmul_flops": rate, "share": share}))
+    return 0
+
+
+def compare_async(args) -> int:
+    """Asynchronous play (async_staleness=K) against the synchronous loop, same config and seeds."""
+    common = [f"iterations={args.iterations}", *args.overrides]
+    arms = {"sync": [*common, "async_staleness=0"], "async": [*common, f"async_staleness={args.async_staleness}"]}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(args.out) if args.out else Path(tmp)
+        if not args.no_warmup:  # whole runs: the sampler's programs compile once per process, for each shape
+            for name, overrides in arms.items():  # a run meets, so the arm measured first would pay them all
+                run_once(args.config, overrides, Path(tmp) / f"warmup-{name}")
+        runs = {name: run_once(args.config, overrides, root / name) for name, overrides in arms.items()}
+    ours, base = runs["async"], runs["sync"]
+    per_ours, per_base = ours["train_s"] / ours["iterations"], base["train_s"] / base["iterations"]
+    print(f"config {args.config}, {args.iterations} iterations, {' '.join(args.overrides) or 'no overrides'}")
+    print(f"| | ours (async_staleness={args.async_staleness}) | baseline (synchronous) | baseline / ours |")
+    print("|---|---|---|---|")
+    print(f"| seconds per iteration | {per_ours:.1f} | {per_base:.1f} | {per_base / per_ours:.2f}x |")
+    for phase in PHASES:
+        print(f"| {phase} (s, sum) | {ours[phase]:.1f} | {base[phase]:.1f} | |")
+    print(f"| overlapped (s, sum) | {ours['async/overlap_s']:.1f} | 0 | |")
+    print(f"| update waiting for rollouts (s, sum) | {ours['async/wait_s']:.1f} | | |")
+    print(json.dumps({"ours": ours, "baseline": base, "ratio": per_base / per_ours}))
     return 0
 
 

@@ -308,6 +308,11 @@ class Config:
     # host: one generate call per turn over every env; device: JAX-backend envs play inside one compiled loop
     # each (fast per episode on accelerators, one compile per program)
     play_loop: str = "host"
+    # Asynchronous play: 0 runs each iteration's rollouts (design, hints, plays) and then its update; k >= 1
+    # samples the next iteration's rollouts during the current update with the weights from before it,
+    # refreshes the sampler's weights only as often as keeps every trained agent row at most k updates
+    # old, and corrects those rows with truncated importance weights (rl.tis_cap). Single-process only.
+    async_staleness: int = 0
     checkpoint_every: int = 1  # save a checkpoint every this many iterations
     keep_checkpoints: int = 3  # checkpoints kept on disk (older ones are deleted)
     tensorboard: bool = True  # write TensorBoard event files
@@ -353,6 +358,10 @@ class Config:
                     "checkpoint_every", "keep_checkpoints", "design_attempts"):
             positive(getattr(self, key), key)
         positive(self.min_valid_envs, "min_valid_envs", allow_zero=True)
+        positive(self.async_staleness, "async_staleness", allow_zero=True)
+        if self.async_staleness and self.mesh.distributed:
+            raise ConfigError("async_staleness > 0 is single-process only (every process would have to overlap "
+                              "in lockstep); set async_staleness=0 with mesh.distributed")
         positive(self.eval_every, "eval_every", allow_zero=True)
         if self.max_minutes is not None:
             positive(self.max_minutes, "max_minutes", allow_zero=True)

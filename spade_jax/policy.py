@@ -72,9 +72,14 @@ class Learner:
         # Host-side counters (not checkpointed: a resumed run counts from 0 again).
         self.skipped_steps = 0  # non-finite steps skipped since this Learner was made
         self.nonfinite_run = 0  # non-finite steps in a row, up to the latest
+        self.unwritten = False  # the state holds an update `model` (and the sampler) has not received yet
 
-    def update(self, samples: list[Sample]) -> dict:
-        """One update; with nothing trainable (every advantage 0) the step is skipped, loss 0."""
+    def update(self, samples: list[Sample], *, write_back: bool = True) -> dict:
+        """One update; with nothing trainable (every advantage 0) the step is skipped, loss 0.
+
+        `write_back=False` leaves the new weights in `state` only (`model`, which the sampler may be reading
+        meanwhile, keeps the old ones) until `write_back()`: the asynchronous loop's overlap.
+        """
         if not samples:
             return {"loss": 0.0, "update/skipped": 1, "train/skipped": 0, "train/skipped_steps": self.skipped_steps}
         batch = collate(
@@ -89,11 +94,9 @@ class Learner:
         out["update/rows"], out["update/length"] = batch.tokens_bt.shape
         if not skipped:
             self.nonfinite_run = 0
-            self.train_step.write_params(self.model, self.state)
-            if self.publish is not None:
-                started = time.perf_counter()
-                self.publish()
-                out["time/publish"] = time.perf_counter() - started
+            self.unwritten = True
+            if write_back:
+                out.update(self.write_back())
             out["train/skipped_steps"] = self.skipped_steps
             return out
         self.skipped_steps += 1
@@ -111,3 +114,16 @@ class Learner:
                 "checkpoint is kept (lower rl.lr, or raise rl.max_nonfinite_steps)"
             )
         return out
+
+    def write_back(self) -> dict:
+        """Copies the state's weights into `model` and publishes them to the sampler, if an update is
+        unwritten; returns `{"time/publish": s}` when a publish ran."""
+        if not self.unwritten:
+            return {}
+        self.unwritten = False
+        self.train_step.write_params(self.model, self.state)
+        if self.publish is None:
+            return {}
+        started = time.perf_counter()
+        self.publish()
+        return {"time/publish": time.perf_counter() - started}

@@ -6,11 +6,14 @@ calls lives in its own module (roles, envs, rollout, rl, curriculum, run).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import copy
 import dataclasses
 import hashlib
 import logging
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -127,10 +130,22 @@ class SelfPlay:
         self.plr_levels: list[dict] = []  # PLR level id -> {"source", "skill"}
         self.envs_made = 0
         self.iteration = 0
+        # Asynchronous play (async_staleness > 0): the next iteration's rollouts in flight, the trainer state
+        # from before they started (what a checkpoint holds), and how many updates the sampler's weights hold.
+        self._next: concurrent.futures.Future | None = None
+        self._next_done = 0.0
+        self._checkpoint: dict | None = None
+        self._sampler_version = 0
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
 
     # -- trainer state for checkpoints ---------------------------------------------------------------
 
     def state_dict(self) -> dict:
+        """The trainer state at the start of iteration `iteration`. With the next iteration's rollouts
+        already collected (asynchronous play), the state from before them: a resumed run collects them
+        again, with the checkpoint's weights, and the prefetched ones are dropped."""
+        if self._next is not None and self._checkpoint is not None:
+            return self._checkpoint
         return {
             "iteration": self.iteration,
             "envs_made": self.envs_made,
@@ -150,6 +165,7 @@ class SelfPlay:
             dtypes = {"scores": np.float32}
             self.plr = plr.PLRState(**{k: jnp.asarray(v, dtypes.get(k, np.int32)) for k, v in state["plr"].items()})
             self.plr_levels = state["plr_levels"]
+        self._sampler_version = self.iteration  # a resumed run's model holds the checkpoint's weights
 
     # -- phases -------------------------------------------------------------------------------------
 
@@ -587,6 +603,21 @@ class SelfPlay:
     # -- one iteration ------------------------------------------------------------------------------
 
     def step(self) -> dict:
+        """One iteration: its rollouts, then its update (with `async_staleness` > 0, the next iteration's
+        rollouts run during the update: `_step_async`)."""
+        if self.cfg.async_staleness:
+            return self._step_async()
+        samples, metrics = self.collect()
+        self.policy.sampler.forget()  # the update invalidates the kept KV cache: free it first
+        with self.timer.phase("update"):
+            metrics.update(self.learner.update(samples))
+        metrics.update(self.timer.pop())
+        self.iteration += 1
+        return metrics
+
+    def collect(self) -> tuple[list[Sample], dict]:
+        """The iteration's rollouts: (re)design the pool at a regeneration step, write hints, play, score,
+        and the samples of its update (with the metrics so far)."""
         cfg, timer = self.cfg, self.timer
         metrics: dict[str, Any] = {}
         regen = cfg.mode == "selfplay" and self.iteration % cfg.regen_interval == 0
@@ -631,13 +662,70 @@ class SelfPlay:
         metrics["designer/samples"] = sum(s.role == DESIGNER for s in samples)
         # what the sampler computed this iteration, every role (the device play loop is not counted)
         metrics.update({f"tokens/{k}": v for k, v in self.policy.sampler.pop_counts().items()})
-        self.policy.sampler.forget()  # the update invalidates the kept KV cache: free it first
-        with timer.phase("update"):
-            metrics.update(self.learner.update(samples))
         metrics["memory/size"] = len(self.memory)
-        metrics.update(timer.pop())
+        return samples, metrics
+
+    # -- asynchronous play --------------------------------------------------------------------------
+
+    def _step_async(self) -> dict:
+        """Update i runs in this thread while a worker thread collects iteration i+1's rollouts with the
+        weights from before update i (the model keeps them: the update lands in the learner's state and is
+        written back only after both finish). Iteration i trains on rollouts collected during update i-1,
+        so its agent rows are `staleness` updates old and marked stale: the loss clips them around the
+        current policy and weights them by min(pi / pi_behaviour, rl.tis_cap) with their kept logprobs.
+        The sampler's weights are refreshed whenever the next rollouts would otherwise be more than
+        `async_staleness` updates old (so never more: nothing is dropped or waited for)."""
+        if self._next is None:  # the first iteration, or the first after a resume: collected now, fresh
+            self._next = self._pool().submit(self._collect_at, self._sampler_version, self.timer)
+        samples, metrics, version, timer = self._next.result()  # raises what the rollouts raised
+        self._next = None
+        staleness = self.iteration - version
+        if staleness > 0:
+            samples = [dataclasses.replace(s, stale=True) if s.role == AGENT else s for s in samples]
+        agent_rows = sum(s.role == AGENT for s in samples)
+        metrics["async/staleness"] = staleness
+        metrics["async/stale_share"] = float(staleness > 0) if agent_rows else 0.0
         self.iteration += 1
+        self._checkpoint = None
+        started = time.perf_counter()
+        if self.iteration < self.cfg.iterations:  # the next iteration's rollouts, alongside this update
+            self._checkpoint = copy.deepcopy(self.state_dict())  # before they change the pool, memory, RNG
+            self.policy.sampler.forget()  # each iteration's rollouts start without a kept cache, as in step()
+            self.timer = type(timer)()  # they time their phases for their own iteration
+            self._next = self._pool().submit(self._collect_at, self._sampler_version, self.timer)
+        try:
+            with timer.phase("update"):
+                metrics.update(self.learner.update(samples, write_back=False))
+        finally:
+            updated = time.perf_counter()
+            if self._next is not None:  # also on an error here: no rollout may outlive the step
+                concurrent.futures.wait([self._next])
+        if self._next is not None:  # seconds both ran, and the update's wait for the rollouts after it
+            metrics["async/overlap_s"] = min(self._next_done, updated) - started
+            metrics["async/wait_s"] = max(self._next_done - updated, 0.0)
+        next_staleness = self.iteration + 1 - self._sampler_version
+        last = self.iteration >= self.cfg.iterations
+        evaluated = self.cfg.eval_every and self.iteration % self.cfg.eval_every == 0
+        if next_staleness > self.cfg.async_staleness or last or evaluated:  # evaluations read the model
+            metrics.update(self.learner.write_back())
+            self.policy.sampler.forget()
+            self._sampler_version = self.iteration
+        if last and self._executor is not None:
+            self._executor.shutdown()
+            self._executor = None
+        metrics.update(timer.pop())
         return metrics
+
+    def _collect_at(self, version: int, timer):
+        try:
+            return (*self.collect(), version, timer)
+        finally:
+            self._next_done = time.perf_counter()
+
+    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spade-rollouts")
+        return self._executor
 
 
 def env_error_metrics(trajectories) -> dict[str, int]:
