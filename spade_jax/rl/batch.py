@@ -36,6 +36,9 @@ class TrainBatch:
     role_b: jax.Array | None = None  # int32 0 agent, 1 designer (metrics only); None: all agent
     # bool: sampled by an older policy (delayed designer update): clip around the current policy, correct with TIS
     is_stale_b: jax.Array | None = None
+    # int32 [B, K]: the columns t whose logprob the loss reads (its loss mask), padded with 0 (scores
+    # nothing); the train step then projects onto the vocabulary only there. None: every column.
+    score_index_bk: jax.Array | None = None
 
     @property
     def batch_size(self) -> int:
@@ -68,6 +71,8 @@ class TrainBatch:
             value = getattr(self, name)
             if value is not None and np.shape(value) != (b,):
                 raise ValueError(f"TrainBatch.{name} has shape {np.shape(value)}; expected ({b},)")
+        if self.score_index_bk is not None and np.shape(self.score_index_bk)[:1] != (b,):
+            raise ValueError(f"TrainBatch.score_index_bk has shape {np.shape(self.score_index_bk)}; expected ({b}, K)")
         if (self.advantages_b is None) == (self.advantages_bt is None):
             raise ValueError("TrainBatch needs exactly one of advantages_b (per sequence) or advantages_bt (per token)")
         return self

@@ -8,6 +8,7 @@ from __future__ import annotations
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from spade_jax.rl.batch import ROLE_NAMES, TrainBatch
 from spade_jax.rl.config import KL_ESTIMATORS, RLConfig
@@ -197,32 +198,66 @@ def grpo_loss(
     return loss, metrics
 
 
+def _score(model, hidden_bke, targets_bk, chunk: int | None = None) -> jax.Array:
+    """log-softmax of the output projection at `targets_bk`, [B, K] float32; with `chunk`, `chunk`
+    columns at a time under `jax.checkpoint`, so neither pass holds the full [B, K, V] logits."""
+
+    def score(h_bke, y_bk):
+        logits = model.logits(h_bke)
+        lse = jax.nn.logsumexp(logits, axis=-1)
+        picked = jnp.take_along_axis(logits, y_bk[..., None], axis=-1)[..., 0]
+        return picked - lse
+
+    b, k = targets_bk.shape
+    if chunk is None or chunk >= k:
+        return score(hidden_bke, targets_bk)
+    n = -(-k // chunk)
+    pad = n * chunk - k
+    h = jnp.pad(hidden_bke, ((0, 0), (0, pad), (0, 0)))
+    y = jnp.pad(targets_bk, ((0, 0), (0, pad)))
+    h = h.reshape(b, n, chunk, -1).swapaxes(0, 1)
+    y = y.reshape(b, n, chunk).swapaxes(0, 1)
+    logp = jax.lax.map(lambda args: jax.checkpoint(score)(*args), (h, y))
+    return logp.swapaxes(0, 1).reshape(b, n * chunk)[:, :k]
+
+
 def token_logprobs(model, tokens_bt, positions_bt, valid_bt, chunk: int | None = None) -> jax.Array:
     """log p(tokens_bt[:, t] | tokens_bt[:, :t]) as [B, T] float32, column 0 set to 0.
 
-    With `chunk`, the output projection and log-softmax run over `chunk` time steps at a time under
-    `jax.checkpoint`, so neither pass holds the full [B, T, V] logits.
+    Every column is scored (see `token_logprobs_at` for the loss columns only). With `chunk`, the output
+    projection and log-softmax run over `chunk` time steps at a time under `jax.checkpoint`, so neither
+    pass holds the full [B, T, V] logits.
     """
     hidden, _ = model.hidden_states(tokens_bt, positions_bt, valid_bt)
-    hidden = hidden[:, :-1]
-    targets = tokens_bt[:, 1:]
-
-    def score(h_bte, y_bt):
-        logits = model.logits(h_bte)
-        lse = jax.nn.logsumexp(logits, axis=-1)
-        picked = jnp.take_along_axis(logits, y_bt[..., None], axis=-1)[..., 0]
-        return picked - lse
-
-    b, t1 = targets.shape
-    if chunk is None or chunk >= t1:
-        logp = score(hidden, targets)
-    else:
-        n = -(-t1 // chunk)
-        pad = n * chunk - t1
-        h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
-        y = jnp.pad(targets, ((0, 0), (0, pad)))
-        h = h.reshape(b, n, chunk, -1).swapaxes(0, 1)
-        y = y.reshape(b, n, chunk).swapaxes(0, 1)
-        logp = jax.lax.map(lambda args: jax.checkpoint(score)(*args), (h, y))
-        logp = logp.swapaxes(0, 1).reshape(b, n * chunk)[:, :t1]
+    logp = _score(model, hidden[:, :-1], tokens_bt[:, 1:], chunk)
     return jnp.pad(logp, ((0, 0), (1, 0)))
+
+
+def token_logprobs_at(
+    model, tokens_bt, positions_bt, valid_bt, index_bk, chunk: int | None = None
+) -> jax.Array:
+    """`token_logprobs` at the columns `index_bk` only ([B, K], 0 = none), zeros elsewhere, [B, T] float32.
+
+    Every position still runs through the decoder (it is context), but the output projection (the tied
+    49152 x 576 embedding is a fifth of SmolLM2's forward) and the log-softmax run on K columns per row.
+    """
+    hidden, _ = model.hidden_states(tokens_bt, positions_bt, valid_bt)
+    index = jnp.asarray(index_bk, jnp.int32)
+    h = jnp.take_along_axis(hidden, jnp.maximum(index - 1, 0)[..., None], axis=1)  # the state that predicts t
+    logp = _score(model, h, jnp.take_along_axis(tokens_bt, index, axis=1), chunk)
+    logp = jnp.where(index > 0, logp, 0.0)
+    rows = jnp.arange(index.shape[0])[:, None]
+    return jnp.zeros(tokens_bt.shape, jnp.float32).at[rows, index].add(logp)
+
+
+def score_index(loss_mask_bt, valid_bt, minimum: int = 8) -> np.ndarray:
+    """Host side: `TrainBatch.score_index_bk` for these masks, K a power of two (few compiled shapes)."""
+    mask = np.asarray(loss_mask_bt, bool) & np.asarray(valid_bt, bool)
+    mask[:, 0] = False
+    counts = mask.sum(axis=1)
+    k = max(minimum, 1 << max(0, (int(counts.max(initial=0)) - 1).bit_length()))
+    index = np.zeros((mask.shape[0], k), np.int32)
+    for row in range(mask.shape[0]):
+        cols = np.flatnonzero(mask[row])
+        index[row, : len(cols)] = cols
+    return index
