@@ -79,16 +79,17 @@ def prepare_batch(batch: TrainBatch) -> TrainBatch:
         "tokens_bt": jnp.int32, "positions_bt": jnp.int32, "valid_bt": bool, "loss_mask_bt": bool,
         "behaviour_logprobs_bt": jnp.float32, "advantages_b": jnp.float32, "advantages_bt": jnp.float32,
         "old_logprobs_bt": jnp.float32, "ref_logprobs_bt": jnp.float32, "role_b": jnp.int32,
-        "is_stale_b": bool, "score_index_bk": jnp.int32,
+        "is_stale_b": bool, "score_index_bk": jnp.int32, "role_bt": jnp.int32, "is_stale_bt": bool,
+        "segment_ids_bt": jnp.int32,
     }
     changes = {}
     for name, dtype in casts.items():
         value = getattr(batch, name)
         if value is not None and np.dtype(getattr(value, "dtype", np.float64)) != np.dtype(dtype):
             changes[name] = np.asarray(value).astype(dtype)
-    if batch.role_b is None:
+    if batch.role_b is None and batch.role_bt is None:
         changes["role_b"] = np.zeros((batch.batch_size,), np.int32)
-    if batch.is_stale_b is None:
+    if batch.is_stale_b is None and batch.is_stale_bt is None:
         changes["is_stale_b"] = np.zeros((batch.batch_size,), bool)
     return batch.replace(**changes) if changes else batch
 
@@ -346,9 +347,12 @@ def make_train_step(
     def logprobs(model, mb: TrainBatch):
         """[B, T] logprobs of the batch's tokens: at its loss columns when it carries their index."""
         if mb.score_index_bk is None:
-            return token_logprobs(model, mb.tokens_bt, mb.positions_bt, mb.valid_bt, cfg.logprob_chunk)
+            return token_logprobs(
+                model, mb.tokens_bt, mb.positions_bt, mb.valid_bt, cfg.logprob_chunk, mb.segment_ids_bt
+            )
         return token_logprobs_at(
-            model, mb.tokens_bt, mb.positions_bt, mb.valid_bt, mb.score_index_bk, cfg.logprob_chunk
+            model, mb.tokens_bt, mb.positions_bt, mb.valid_bt, mb.score_index_bk, cfg.logprob_chunk,
+            mb.segment_ids_bt,
         )
 
     def with_reference(micro_batch, ref_params):
