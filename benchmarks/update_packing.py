@@ -5,7 +5,8 @@ The batch is shaped like the `laptop` config's updates: 32 samples of 300-1536 t
 seed) with ~12 loss tokens each (three 4-token replies at turn ends), micro_batches 8, the embedded
 SmolLM2-135M with the laptop's model settings (remat, attention chunk 512, logprob chunk 128).
 
-python benchmarks/update_packing.py [--samples 32 --min-len 300 --max-len 1536 --variants old,loss_only,packed,packed_bf16]
+python benchmarks/update_packing.py [--samples 32 --min-len 300 --max-len 1536
+    --variants old,loss_only,packed,packed_bf16]
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def laptop_samples(args, vocab: int):
 
     rng = np.random.default_rng(args.seed)
     samples = []
-    for i in range(args.samples):
+    for _ in range(args.samples):
         n = int(rng.integers(args.min_len, args.max_len + 1))
         tokens = rng.integers(3, vocab, n).tolist()
         loss = np.zeros(n, int)
