@@ -84,7 +84,7 @@ class Learner:
             return {"loss": 0.0, "update/skipped": 1, "train/skipped": 0, "train/skipped_steps": self.skipped_steps}
         batch = collate(
             samples, row_multiple=self.row_multiple, max_length=self.max_length,
-            pad_id=getattr(self.model.spec, "pad_token_id", None) or 0,
+            pad_id=getattr(self.model.spec, "pad_token_id", None) or 0, pack=self.cfg.pack_sequences,
         )
         self.state, metrics = self.train_step(self.state, batch, self.ref_params)
         out = {k: float(v) for k, v in metrics.items()}

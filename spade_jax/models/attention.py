@@ -33,6 +33,9 @@ class AttnMask:
 
     dense_bts: jax.Array  # bool [B, T, S]
     valid_bs: jax.Array  # bool [B, S]: the key slot holds a real token
+    # int32 [B, S]: which packed sequence each slot holds (>= 1 on real tokens); None: one per row.
+    # The dense mask already keeps queries inside their sequence; splash reads these instead.
+    segments_bs: jax.Array | None = None
     sliding: jax.Array | None = None  # bool scalar under scan_layers: this layer uses `window`
     window: int | None = flax.struct.field(pytree_node=False, default=None)  # sliding window (None: none)
     self_attention: bool = flax.struct.field(pytree_node=False, default=False)  # no cache: keys are the queries
@@ -106,8 +109,8 @@ def _splash_kernel(heads: int, length: int, window: int | None, interpret: bool)
 
 def _splash(q_btkgd, k_bkds, v_bksd, mask: AttnMask):
     """The TPU splash kernel over [B] rows: causal (or local) mask from the block structure, padding as
-    segment ids (real tokens 1, padding 0). Real queries see exactly the einsum path's keys; padding
-    queries see earlier padding instead of nothing (their outputs are never read)."""
+    segment ids (real tokens 1, or their packed sequence's id; padding 0). Real queries see exactly the
+    einsum path's keys; padding queries see earlier padding instead of nothing (never read)."""
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
     b, t, kvh, g, d = q_btkgd.shape
@@ -119,7 +122,10 @@ def _splash(q_btkgd, k_bkds, v_bksd, mask: AttnMask):
     q = jnp.pad(q, ((0, 0), (0, 0), (0, grow), (0, 0)))
     k = jnp.pad(k, ((0, 0), (0, 0), (0, grow), (0, 0)))
     v = jnp.pad(v_bksd, ((0, 0), (0, 0), (0, grow), (0, 0)))
-    segments = jnp.pad(mask.valid_bs.astype(jnp.int32), ((0, 0), (0, grow)))
+    segments = mask.valid_bs.astype(jnp.int32)
+    if mask.segments_bs is not None:
+        segments = jnp.where(mask.valid_bs, mask.segments_bs.astype(jnp.int32), 0)
+    segments = jnp.pad(segments, ((0, 0), (0, grow)))
     interpret = jax.default_backend() != "tpu"
 
     def local(q, k, v, segments, sliding):

@@ -481,7 +481,7 @@ class Decoder(nnx.Module):
                 module.attn_chunk = chunk
 
     def hidden_states(self, tokens_bt, positions_bt, valid_bt=None, cache: KVCache | None = None,
-                      rope=None, packing: Packing | None = None):
+                      rope=None, packing: Packing | None = None, segment_ids_bt=None):
         """Final-normed hidden states [B, T, E] and the updated cache (None without one).
 
         Without a cache the keys are the tokens themselves (training and scoring). With one, the T new
@@ -494,6 +494,9 @@ class Decoder(nnx.Module):
 
         With `packing` (cache calls only), `tokens_bt` and `positions_bt` are one packed [1, N] sequence,
         `valid_bt` is the padded [B, W] mask `packing` maps it to, and the hidden states come back packed.
+
+        With `segment_ids_bt` (cache-free calls: the packed train step), each row holds several sequences,
+        told apart by these ids; a token attends only within its own (give `positions_bt` restarting at 0).
         """
         spec = self.spec
         if packing is not None:
@@ -520,7 +523,11 @@ class Decoder(nnx.Module):
             k_slot = jnp.arange(cache.slots)
         causal_ts = k_slot[None, :] <= q_slot[:, None]
         mask_bts = causal_ts[None] & key_valid_bs[:, None, :]
-        mask = AttnMask(mask_bts, key_valid_bs, self_attention=cache is None)
+        if segment_ids_bt is not None:
+            if cache is not None:
+                raise ValueError("segment_ids_bt (packed rows) is for cache-free calls")
+            mask_bts = mask_bts & (segment_ids_bt[:, :, None] == segment_ids_bt[:, None, :])
+        mask = AttnMask(mask_bts, key_valid_bs, segments_bs=segment_ids_bt, self_attention=cache is None)
         window_mask = None
         if spec.sliding_layers:
             # HF's sliding window counts cache positions (slots), padding included.

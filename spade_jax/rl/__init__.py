@@ -18,7 +18,9 @@ from spade_jax.rl.losses import (
     grpo_token_terms,
     kl_penalty,
     loss_normalisers,
+    score_index,
     token_logprobs,
+    token_logprobs_at,
     truncated_importance_weights,
 )
 from spade_jax.rl.train import TrainState, TrainStep, make_optimizer, make_train_step, prepare_batch
@@ -28,5 +30,5 @@ __all__ = [
     "TrainBatch", "TrainState", "TrainStep", "compute_advantages",
     "get_advantage_estimator", "grpo_loss", "grpo_token_terms", "loss_normalisers",
     "make_optimizer", "make_train_step", "prepare_batch", "register_advantage_estimator",
-    "kl_penalty", "token_logprobs", "truncated_importance_weights",
+    "kl_penalty", "score_index", "token_logprobs", "token_logprobs_at", "truncated_importance_weights",
 ]

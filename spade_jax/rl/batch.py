@@ -1,6 +1,7 @@
 """The train-step input: one rollout batch of token sequences with masks, advantages and logprobs.
 
-Rows are whole sequences (prompt + completion, possibly many turns), padded on either side.
+Rows are whole sequences (prompt + completion, possibly many turns), padded on either side, or several
+sequences packed one after another (`segment_ids_bt`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,15 @@ class TrainBatch:
     role_b: jax.Array | None = None  # int32 0 agent, 1 designer (metrics only); None: all agent
     # bool: sampled by an older policy (delayed designer update): clip around the current policy, correct with TIS
     is_stale_b: jax.Array | None = None
+    # int32 [B, K]: the columns t whose logprob the loss reads (its loss mask), padded with 0 (scores
+    # nothing); the train step then projects onto the vocabulary only there. None: every column.
+    score_index_bk: jax.Array | None = None
+    # Packed rows: int32 [B, T] which sequence of the row each token belongs to (1, 2, ...; 0 on padding),
+    # with positions restarting at 0 per sequence; attention, `sequence` aggregation and the sequence
+    # count follow them. None: one sequence per row. Per-row fields then come per token instead:
+    role_bt: jax.Array | None = None  # int32 [B, T] role of each token's sequence (instead of role_b)
+    is_stale_bt: jax.Array | None = None  # bool [B, T] staleness of each token's sequence (instead of is_stale_b)
+    segment_ids_bt: jax.Array | None = None
 
     @property
     def batch_size(self) -> int:
@@ -46,21 +56,28 @@ class TrainBatch:
             return self.advantages_bt.astype(jnp.float32)
         return jnp.broadcast_to(self.advantages_b.astype(jnp.float32)[:, None], self.tokens_bt.shape)
 
-    def roles(self) -> jax.Array:
+    def token_roles(self) -> jax.Array:
+        """int32 [B, T]: the role of each token's sequence."""
+        if self.role_bt is not None:
+            return self.role_bt
         if self.role_b is None:
-            return jnp.zeros(self.tokens_bt.shape[:1], jnp.int32)
-        return self.role_b
+            return jnp.zeros(self.tokens_bt.shape, jnp.int32)
+        return jnp.broadcast_to(self.role_b[:, None], self.tokens_bt.shape)
 
-    def stale(self) -> jax.Array:
+    def token_stale(self) -> jax.Array:
+        """bool [B, T]: whether each token's sequence was sampled by an older policy."""
+        if self.is_stale_bt is not None:
+            return self.is_stale_bt
         if self.is_stale_b is None:
-            return jnp.zeros(self.tokens_bt.shape[:1], bool)
-        return self.is_stale_b
+            return jnp.zeros(self.tokens_bt.shape, bool)
+        return jnp.broadcast_to(self.is_stale_b[:, None], self.tokens_bt.shape)
 
     def check(self) -> "TrainBatch":
         """Validates shapes on the host (before jit); returns self so it chains."""
         b, t = np.shape(self.tokens_bt)
         for name in ("positions_bt", "valid_bt", "loss_mask_bt", "behaviour_logprobs_bt",
-                     "advantages_bt", "old_logprobs_bt", "ref_logprobs_bt"):
+                     "advantages_bt", "old_logprobs_bt", "ref_logprobs_bt", "role_bt", "is_stale_bt",
+                     "segment_ids_bt"):
             value = getattr(self, name)
             if value is not None and np.shape(value) != (b, t):
                 raise ValueError(f"TrainBatch.{name} has shape {np.shape(value)}; expected {(b, t)} like tokens_bt")
@@ -68,6 +85,11 @@ class TrainBatch:
             value = getattr(self, name)
             if value is not None and np.shape(value) != (b,):
                 raise ValueError(f"TrainBatch.{name} has shape {np.shape(value)}; expected ({b},)")
+        if self.score_index_bk is not None and np.shape(self.score_index_bk)[:1] != (b,):
+            raise ValueError(f"TrainBatch.score_index_bk has shape {np.shape(self.score_index_bk)}; expected ({b}, K)")
+        for row, token in (("role_b", "role_bt"), ("is_stale_b", "is_stale_bt")):
+            if getattr(self, row) is not None and getattr(self, token) is not None:
+                raise ValueError(f"TrainBatch takes at most one of {row} (per row) or {token} (per token)")
         if (self.advantages_b is None) == (self.advantages_bt is None):
             raise ValueError("TrainBatch needs exactly one of advantages_b (per sequence) or advantages_bt (per token)")
         return self

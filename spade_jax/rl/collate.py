@@ -1,6 +1,7 @@
 """Turns variable-length samples of both roles into one padded `TrainBatch`.
 
-Shapes are bucketed (length to a multiple, rows to a power of two) so the train step compiles rarely.
+Shapes are bucketed (length to a multiple, rows to a power of two) so the train step compiles rarely. With
+`pack`, several samples share a row (first-fit decreasing), told apart by segment ids.
 """
 
 from __future__ import annotations
@@ -39,10 +40,13 @@ def collate(
     max_length: int | None = None,
     row_multiple: int = 1,
     pad_id: int = 0,
+    pack: bool = False,
 ) -> TrainBatch:
     """Right-pads every sample to a common bucketed length; extra rows are padding with no loss.
 
-    A sample longer than `max_length` is cut from the right (its tail carries no loss then).
+    A sample longer than `max_length` is cut from the right (its tail carries no loss then). With `pack`,
+    samples are packed first-fit decreasing into rows of that same width (so Dr.GRPO's default budget,
+    the width, does not change), rows rounded up to a multiple of `row_multiple` only.
     """
     if not samples:
         raise ValueError("collate needs at least one sample")
@@ -52,6 +56,8 @@ def collate(
     width = _round_up(max(longest, 1), length_multiple)
     if max_length is not None:
         width = min(width, max(max_length, 1))
+    if pack:
+        return _packed(samples, width, row_multiple, pad_id)
     # Rows: row_multiple times a power of two, so few distinct shapes compile (and a multiple of
     # micro-batches x batch shards, as the train step needs).
     rows = row_multiple * _next_power_of_two(-(-len(samples) // row_multiple))
@@ -82,4 +88,56 @@ def collate(
         advantages_b=advantages,
         role_b=roles,
         is_stale_b=stale,
+    ).check()
+
+
+def _packed(samples: list[Sample], width: int, row_multiple: int, pad_id: int) -> TrainBatch:
+    """First-fit decreasing into rows of `width`; per-token advantages, roles and staleness."""
+    lengths = [min(len(s.tokens), width) for s in samples]
+    fill: list[int] = []  # tokens used per row
+    placed: list[tuple[int, int, int]] = []  # (sample, row, start column)
+    for i in sorted(range(len(samples)), key=lambda i: -lengths[i]):
+        row = next((r for r, used in enumerate(fill) if used + lengths[i] <= width), None)
+        if row is None:
+            row = len(fill)
+            fill.append(0)
+        placed.append((i, row, fill[row]))
+        fill[row] += lengths[i]
+    # A multiple of micro-batches x batch shards, as the train step needs. Not a power of two: packing
+    # exists to cut rows, and row counts step by `row_multiple`, so few shapes compile anyway.
+    rows = _round_up(max(len(fill), 1), row_multiple)
+    tokens = np.full((rows, width), pad_id, np.int32)
+    positions = np.zeros((rows, width), np.int32)
+    valid = np.zeros((rows, width), bool)
+    loss = np.zeros((rows, width), bool)
+    behaviour = np.zeros((rows, width), np.float32)
+    advantages = np.zeros((rows, width), np.float32)
+    roles = np.zeros((rows, width), np.int32)
+    stale = np.zeros((rows, width), bool)
+    segments = np.zeros((rows, width), np.int32)
+    next_segment = [1] * rows
+    for i, row, start in sorted(placed, key=lambda p: (p[1], p[2])):
+        sample, n = samples[i], lengths[i]
+        cols = slice(start, start + n)
+        tokens[row, cols] = sample.tokens[:n]
+        positions[row, cols] = np.arange(n)
+        valid[row, cols] = True
+        loss[row, cols] = np.asarray(sample.loss_mask[:n], bool)
+        loss[row, start] = False  # a sequence's first token is scored by nothing of its own
+        behaviour[row, cols] = sample.behaviour_logprobs[:n]
+        advantages[row, cols] = sample.advantage
+        roles[row, cols] = sample.role
+        stale[row, cols] = sample.stale
+        segments[row, cols] = next_segment[row]
+        next_segment[row] += 1
+    return TrainBatch(
+        tokens_bt=tokens,
+        positions_bt=positions,
+        valid_bt=valid,
+        loss_mask_bt=loss,
+        behaviour_logprobs_bt=behaviour,
+        advantages_bt=advantages,
+        role_bt=roles,
+        is_stale_bt=stale,
+        segment_ids_bt=segments,
     ).check()

@@ -39,6 +39,14 @@ class RLConfig:
     master_fp32: bool = True  # keep (and update) params in float32 even if the model stores bfloat16
     # time steps per chunk of the output projection (saves the [B, T, V] logits); None: all at once
     logprob_chunk: int | None = None
+    # project onto the vocabulary only at loss columns (TrainBatch.score_index_bk, made on the host):
+    # equal logprobs where the loss reads them, and the laptop's updates have ~12 loss tokens in
+    # ~1000-token rows; False: at every column (the [B, T, V] projection)
+    score_loss_only: bool = True
+    # pack several samples into each update row (first-fit decreasing, attention kept inside each
+    # sample by segment ids): equal loss and gradients with fewer rows (the laptop's 32 samples of
+    # 300-1536 tokens fit in ~20 rows of 1536 instead of 32); False: one sample per row
+    pack_sequences: bool = True
     seed: int = 0  # seeds the RNG carried in the train state
     # agent reward + this x the share of its replies holding a complete \boxed{...}
     # (SPADE: 0; shaping for small models that never answer in the action format)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from spade_jax.rl.batch import ROLE_NAMES, TrainBatch
 from spade_jax.rl.config import KL_ESTIMATORS, RLConfig
@@ -26,19 +27,47 @@ class LossNormalisers:
 
 
 def effective_loss_mask(batch: TrainBatch) -> jax.Array:
-    """Loss tokens: generated, real, and not in column 0 (which has no logprob)."""
+    """Loss tokens: generated, real, and not first in their sequence (column 0 or, packed, where a new
+    sequence starts): nothing of their own sequence scores them."""
     mask = jnp.asarray(batch.loss_mask_bt, bool) & jnp.asarray(batch.valid_bt, bool)
+    if batch.segment_ids_bt is not None:
+        seg = jnp.asarray(batch.segment_ids_bt)
+        mask = mask & jnp.pad(seg[:, 1:] == seg[:, :-1], ((0, 0), (1, 0)))
     return mask.at[:, 0].set(False)
+
+
+def _segment_loss_tokens(mask_bt: jax.Array, segment_ids_bt: jax.Array) -> jax.Array:
+    """[B, T + 1] float32: loss tokens per (row, segment id); id 0 (padding) holds none."""
+    seg = jnp.asarray(segment_ids_bt, jnp.int32)
+    rows = jnp.arange(seg.shape[0])[:, None]
+    return jnp.zeros((seg.shape[0], seg.shape[1] + 1), jnp.float32).at[rows, seg].add(mask_bt.astype(jnp.float32))
+
+
+def _sequence_tokens(mask_bt: jax.Array, segment_ids_bt: jax.Array | None) -> jax.Array:
+    """[B, T] float32: the loss tokens of the sequence each column belongs to (its row, or its segment)."""
+    if segment_ids_bt is None:
+        return jnp.broadcast_to(mask_bt.astype(jnp.float32).sum(axis=1, keepdims=True), mask_bt.shape)
+    per_segment = _segment_loss_tokens(mask_bt, segment_ids_bt)
+    return jnp.take_along_axis(per_segment, jnp.asarray(segment_ids_bt, jnp.int32), axis=1)
+
+
+def _sequence_count(mask_bt: jax.Array, segment_ids_bt: jax.Array | None) -> jax.Array:
+    """Sequences (rows, or packed segments) with at least one loss token."""
+    if segment_ids_bt is None:
+        return mask_bt.any(axis=1).sum().astype(jnp.float32)
+    return (_segment_loss_tokens(mask_bt, segment_ids_bt) > 0).sum().astype(jnp.float32)
 
 
 def loss_normalisers(batch: TrainBatch, cfg: RLConfig) -> LossNormalisers:
     mask = effective_loss_mask(batch)
     tokens = mask.sum().astype(jnp.float32)
-    sequences = mask.any(axis=1).sum().astype(jnp.float32)
+    sequences = _sequence_count(mask, batch.segment_ids_bt)
+    # Dr.GRPO's budget defaults to the row width; packed rows are as wide as the unpacked ones would be
+    # (collate packs into the longest sample's bucketed width), so packing leaves it unchanged.
     budget = cfg.dr_grpo_tokens if cfg.dr_grpo_tokens is not None else mask.shape[1]
-    roles = batch.roles()
+    roles = batch.token_roles()
     role_tokens = jnp.stack(
-        [(mask & (roles == r)[:, None]).sum() for r in range(len(ROLE_NAMES))]
+        [(mask & (roles == r)).sum() for r in range(len(ROLE_NAMES))]
     ).astype(jnp.float32)
     return LossNormalisers(
         tokens=tokens,
@@ -48,17 +77,20 @@ def loss_normalisers(batch: TrainBatch, cfg: RLConfig) -> LossNormalisers:
     )
 
 
-def aggregation_weights(mask_bt: jax.Array, norm: LossNormalisers, aggregation: str) -> jax.Array:
+def aggregation_weights(
+    mask_bt: jax.Array, norm: LossNormalisers, aggregation: str, segment_ids_bt: jax.Array | None = None
+) -> jax.Array:
     """w_bt such that the batch loss is sum(w_bt * loss_bt); zero off the loss mask.
 
     token: 1 / (loss tokens in the batch); sequence: 1 / (tokens of that sequence * sequences);
-    dr_grpo: 1 / (sequences * constant budget), so long answers are not down-weighted.
+    dr_grpo: 1 / (sequences * constant budget), so long answers are not down-weighted. A sequence is a
+    row, or with `segment_ids_bt` one packed segment of a row.
     """
     m = mask_bt.astype(jnp.float32)
     if aggregation == "token":
         return m / jnp.maximum(norm.tokens, 1.0)
     if aggregation == "sequence":
-        seq_tokens = m.sum(axis=1, keepdims=True)
+        seq_tokens = _sequence_tokens(mask_bt, segment_ids_bt)
         return m / jnp.maximum(seq_tokens, 1.0) / jnp.maximum(norm.sequences, 1.0)
     if aggregation == "dr_grpo":
         return m / jnp.maximum(norm.dr_grpo_denominator, 1.0)
@@ -120,7 +152,8 @@ def grpo_token_terms(
     behaviour = behaviour_logprobs_bt.astype(jnp.float32)
     prox = behaviour if old_logprobs_bt is None else old_logprobs_bt.astype(jnp.float32)
     if stale_b is not None:
-        prox = jnp.where(stale_b[:, None], jax.lax.stop_gradient(logp), prox)
+        stale = stale_b if stale_b.ndim == 2 else stale_b[:, None]  # per token ([B, T]) or per row ([B])
+        prox = jnp.where(stale, jax.lax.stop_gradient(logp), prox)
     log_ratio = jnp.clip(logp - prox, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
     ratio = jnp.exp(log_ratio)
     tis_weight = truncated_importance_weights(prox, behaviour, cfg.tis_cap)
@@ -167,11 +200,11 @@ def grpo_loss(
         batch.behaviour_logprobs_bt,
         batch.token_advantages(),
         cfg,
-        stale_b=batch.stale(),
+        stale_b=batch.token_stale(),
         old_logprobs_bt=batch.old_logprobs_bt,
         ref_logprobs_bt=batch.ref_logprobs_bt,
     )
-    w = aggregation_weights(mask, norm, cfg.aggregation)
+    w = aggregation_weights(mask, norm, cfg.aggregation, batch.segment_ids_bt)
     per_token = mask.astype(jnp.float32) / jnp.maximum(norm.tokens, 1.0)
 
     def wsum(x, weights):
@@ -189,40 +222,76 @@ def grpo_loss(
         "ratio": wsum(terms["ratio"], per_token),
     }
     adv = batch.token_advantages()
-    roles = batch.roles()
+    roles = batch.token_roles()
     for r, name in enumerate(ROLE_NAMES):
-        in_role = (roles == r)[:, None]
+        in_role = roles == r
         role_weight = mask.astype(jnp.float32) / jnp.maximum(norm.role_tokens[r], 1.0)
         metrics[f"{name}/advantage_mean"] = wsum(jnp.where(in_role, adv, 0.0), role_weight)
     return loss, metrics
 
 
-def token_logprobs(model, tokens_bt, positions_bt, valid_bt, chunk: int | None = None) -> jax.Array:
-    """log p(tokens_bt[:, t] | tokens_bt[:, :t]) as [B, T] float32, column 0 set to 0.
+def _score(model, hidden_bke, targets_bk, chunk: int | None = None) -> jax.Array:
+    """log-softmax of the output projection at `targets_bk`, [B, K] float32; with `chunk`, `chunk`
+    columns at a time under `jax.checkpoint`, so neither pass holds the full [B, K, V] logits."""
 
-    With `chunk`, the output projection and log-softmax run over `chunk` time steps at a time under
-    `jax.checkpoint`, so neither pass holds the full [B, T, V] logits.
-    """
-    hidden, _ = model.hidden_states(tokens_bt, positions_bt, valid_bt)
-    hidden = hidden[:, :-1]
-    targets = tokens_bt[:, 1:]
-
-    def score(h_bte, y_bt):
-        logits = model.logits(h_bte)
+    def score(h_bke, y_bk):
+        logits = model.logits(h_bke)
         lse = jax.nn.logsumexp(logits, axis=-1)
-        picked = jnp.take_along_axis(logits, y_bt[..., None], axis=-1)[..., 0]
+        picked = jnp.take_along_axis(logits, y_bk[..., None], axis=-1)[..., 0]
         return picked - lse
 
-    b, t1 = targets.shape
-    if chunk is None or chunk >= t1:
-        logp = score(hidden, targets)
-    else:
-        n = -(-t1 // chunk)
-        pad = n * chunk - t1
-        h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
-        y = jnp.pad(targets, ((0, 0), (0, pad)))
-        h = h.reshape(b, n, chunk, -1).swapaxes(0, 1)
-        y = y.reshape(b, n, chunk).swapaxes(0, 1)
-        logp = jax.lax.map(lambda args: jax.checkpoint(score)(*args), (h, y))
-        logp = logp.swapaxes(0, 1).reshape(b, n * chunk)[:, :t1]
+    b, k = targets_bk.shape
+    if chunk is None or chunk >= k:
+        return score(hidden_bke, targets_bk)
+    n = -(-k // chunk)
+    pad = n * chunk - k
+    h = jnp.pad(hidden_bke, ((0, 0), (0, pad), (0, 0)))
+    y = jnp.pad(targets_bk, ((0, 0), (0, pad)))
+    h = h.reshape(b, n, chunk, -1).swapaxes(0, 1)
+    y = y.reshape(b, n, chunk).swapaxes(0, 1)
+    logp = jax.lax.map(lambda args: jax.checkpoint(score)(*args), (h, y))
+    return logp.swapaxes(0, 1).reshape(b, n * chunk)[:, :k]
+
+
+def token_logprobs(
+    model, tokens_bt, positions_bt, valid_bt, chunk: int | None = None, segment_ids_bt=None
+) -> jax.Array:
+    """log p(tokens_bt[:, t] | tokens_bt[:, :t]) as [B, T] float32, column 0 set to 0.
+
+    Every column is scored (see `token_logprobs_at` for the loss columns only). With `chunk`, the output
+    projection and log-softmax run over `chunk` time steps at a time under `jax.checkpoint`, so neither
+    pass holds the full [B, T, V] logits. `segment_ids_bt`: packed rows (`TrainBatch.segment_ids_bt`).
+    """
+    hidden, _ = model.hidden_states(tokens_bt, positions_bt, valid_bt, segment_ids_bt=segment_ids_bt)
+    logp = _score(model, hidden[:, :-1], tokens_bt[:, 1:], chunk)
     return jnp.pad(logp, ((0, 0), (1, 0)))
+
+
+def token_logprobs_at(
+    model, tokens_bt, positions_bt, valid_bt, index_bk, chunk: int | None = None, segment_ids_bt=None
+) -> jax.Array:
+    """`token_logprobs` at the columns `index_bk` only ([B, K], 0 = none), zeros elsewhere, [B, T] float32.
+
+    Every position still runs through the decoder (it is context), but the output projection (the tied
+    49152 x 576 embedding is a fifth of SmolLM2's forward) and the log-softmax run on K columns per row.
+    """
+    hidden, _ = model.hidden_states(tokens_bt, positions_bt, valid_bt, segment_ids_bt=segment_ids_bt)
+    index = jnp.asarray(index_bk, jnp.int32)
+    h = jnp.take_along_axis(hidden, jnp.maximum(index - 1, 0)[..., None], axis=1)  # the state that predicts t
+    logp = _score(model, h, jnp.take_along_axis(tokens_bt, index, axis=1), chunk)
+    logp = jnp.where(index > 0, logp, 0.0)
+    rows = jnp.arange(index.shape[0])[:, None]
+    return jnp.zeros(tokens_bt.shape, jnp.float32).at[rows, index].add(logp)
+
+
+def score_index(loss_mask_bt, valid_bt, minimum: int = 8) -> np.ndarray:
+    """Host side: `TrainBatch.score_index_bk` for these masks, K a power of two (few compiled shapes)."""
+    mask = np.asarray(loss_mask_bt, bool) & np.asarray(valid_bt, bool)
+    mask[:, 0] = False
+    counts = mask.sum(axis=1)
+    k = max(minimum, 1 << max(0, (int(counts.max(initial=0)) - 1).bit_length()))
+    index = np.zeros((mask.shape[0], k), np.int32)
+    for row in range(mask.shape[0]):
+        cols = np.flatnonzero(mask[row])
+        index[row, : len(cols)] = cols
+    return index

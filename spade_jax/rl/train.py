@@ -22,7 +22,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from spade_jax import mesh as mesh_lib
 from spade_jax.rl.batch import ROLE_NAMES, TrainBatch
 from spade_jax.rl.config import RLConfig
-from spade_jax.rl.losses import grpo_loss, loss_normalisers, token_logprobs
+from spade_jax.rl.losses import grpo_loss, loss_normalisers, score_index, token_logprobs, token_logprobs_at
 
 
 class TrainingDiverged(FloatingPointError):
@@ -79,16 +79,17 @@ def prepare_batch(batch: TrainBatch) -> TrainBatch:
         "tokens_bt": jnp.int32, "positions_bt": jnp.int32, "valid_bt": bool, "loss_mask_bt": bool,
         "behaviour_logprobs_bt": jnp.float32, "advantages_b": jnp.float32, "advantages_bt": jnp.float32,
         "old_logprobs_bt": jnp.float32, "ref_logprobs_bt": jnp.float32, "role_b": jnp.int32,
-        "is_stale_b": bool,
+        "is_stale_b": bool, "score_index_bk": jnp.int32, "role_bt": jnp.int32, "is_stale_bt": bool,
+        "segment_ids_bt": jnp.int32,
     }
     changes = {}
     for name, dtype in casts.items():
         value = getattr(batch, name)
         if value is not None and np.dtype(getattr(value, "dtype", np.float64)) != np.dtype(dtype):
             changes[name] = np.asarray(value).astype(dtype)
-    if batch.role_b is None:
+    if batch.role_b is None and batch.role_bt is None:
         changes["role_b"] = np.zeros((batch.batch_size,), np.int32)
-    if batch.is_stale_b is None:
+    if batch.is_stale_b is None and batch.is_stale_bt is None:
         changes["is_stale_b"] = np.zeros((batch.batch_size,), bool)
     return batch.replace(**changes) if changes else batch
 
@@ -227,6 +228,10 @@ class TrainStep:
         )
 
     def place_batch(self, batch: TrainBatch) -> TrainBatch:
+        if self.cfg.score_loss_only and batch.score_index_bk is None:
+            batch = batch.replace(score_index_bk=score_index(batch.loss_mask_bt, batch.valid_bt))
+        elif not self.cfg.score_loss_only and batch.score_index_bk is not None:
+            batch = batch.replace(score_index_bk=None)
         batch = prepare_batch(batch)
         b = batch.batch_size
         shards = 1
@@ -339,22 +344,27 @@ def make_train_step(
 
     _, _, rest = nnx.split(model, nnx.Param, ...)  # non-param variables (none in Decoder): constants
 
+    def logprobs(model, mb: TrainBatch):
+        """[B, T] logprobs of the batch's tokens: at its loss columns when it carries their index."""
+        if mb.score_index_bk is None:
+            return token_logprobs(
+                model, mb.tokens_bt, mb.positions_bt, mb.valid_bt, cfg.logprob_chunk, mb.segment_ids_bt
+            )
+        return token_logprobs_at(
+            model, mb.tokens_bt, mb.positions_bt, mb.valid_bt, mb.score_index_bk, cfg.logprob_chunk,
+            mb.segment_ids_bt,
+        )
+
     def with_reference(micro_batch, ref_params):
         """Fills `ref_logprobs_bt` from the frozen reference params (same compute graphdef as the policy)."""
         if ref_params is None:
             return micro_batch
-        reference = nnx.merge(graphdef, ref_params, rest)
-        ref_logp = token_logprobs(
-            reference, micro_batch.tokens_bt, micro_batch.positions_bt, micro_batch.valid_bt, cfg.logprob_chunk
-        )
+        ref_logp = logprobs(nnx.merge(graphdef, ref_params, rest), micro_batch)
         return micro_batch.replace(ref_logprobs_bt=jax.lax.stop_gradient(ref_logp))
 
     def loss_fn(params, micro_batch, norm, ref_params=None):
         micro_batch = with_reference(micro_batch, ref_params)
-        policy = nnx.merge(graphdef, params, rest)
-        logp = token_logprobs(
-            policy, micro_batch.tokens_bt, micro_batch.positions_bt, micro_batch.valid_bt, cfg.logprob_chunk
-        )
+        logp = logprobs(nnx.merge(graphdef, params, rest), micro_batch)
         return grpo_loss(logp, micro_batch, cfg, norm)
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)

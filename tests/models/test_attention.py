@@ -177,3 +177,19 @@ def test_splash_under_a_mesh_matches_einsum():
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert done.stdout.count(" ok") == 2, done.stdout
+
+
+@pytest.mark.parametrize("impl", ATTENTION)
+def test_packed_rows_attend_only_within_their_segment(impl):
+    """Segment ids (packed train rows): the dense mask and splash's SegmentIds keep each sequence to itself."""
+    b, t, heads, kv_heads, d = 2, 21, 4, 2, 8
+    q, k, v = _inputs(b, t, t, heads, kv_heads, d, seed=4)
+    segments = np.zeros((b, t), np.int32)
+    segments[0, :7], segments[0, 7:16], segments[0, 16:20] = 1, 2, 3  # one padding slot at the end
+    segments[1, :21] = 1
+    valid = segments > 0
+    slot = np.arange(t)
+    mask_bts = (slot[None, :] <= slot[:, None])[None] & valid[:, None, :] & (segments[:, :, None] == segments[:, None])
+    mask = AttnMask(jnp.asarray(mask_bts), jnp.asarray(valid), segments_bs=jnp.asarray(segments), self_attention=True)
+    got = _ours(impl, q, k, v, mask)
+    assert np.abs(got - numpy_attention(q, k, v, mask_bts))[valid].max() <= TOL

@@ -305,3 +305,37 @@ def test_model_gradient_matches_finite_differences():
         fd = (shifted(h) - shifted(-h)) / (2 * h)
         analytic = float(np.sum(np.asarray(g) * direction))
         assert abs(fd - analytic) <= 2e-3 * max(abs(analytic), 1e-2), (path, fd, analytic)
+
+
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_logprobs_at_loss_columns_equal_the_full_computation_values_and_gradients(chunk):
+    """token_logprobs_at (projection at the loss columns only) against token_logprobs at every column."""
+    from spade_jax.rl import score_index, token_logprobs_at
+
+    model = tiny_decoder(5)
+    graphdef, params = nnx.split(model, nnx.Param)
+    b, t = 4, 12
+    tokens = _tokens(6, b, t)
+    valid = np.arange(t)[None] >= np.array([0, 2, 0, 1])[:, None]  # some left padding
+    pos = np.maximum(np.cumsum(valid, axis=1) - 1, 0).astype(np.int32)
+    rng = np.random.default_rng(7)
+    loss_mask = valid & (rng.uniform(size=(b, t)) < 0.4)
+    loss_mask[3] = False  # a row with nothing to score
+    index = score_index(loss_mask, valid)
+    assert index.shape == (b, 8) and index.dtype == np.int32
+    mask = loss_mask.copy()
+    mask[:, 0] = False
+    weights = jnp.asarray(np.where(mask, rng.normal(size=(b, t)), 0.0).astype(np.float32))
+
+    def full(p):
+        return token_logprobs(nnx.merge(graphdef, p), tokens, pos, valid, chunk)
+
+    def sparse(p):
+        return token_logprobs_at(nnx.merge(graphdef, p), tokens, pos, valid, index, chunk)
+
+    want, got = jax.jit(full)(params), jax.jit(sparse)(params)
+    np.testing.assert_allclose(np.asarray(got), np.where(mask, np.asarray(want), 0.0), atol=1e-6)
+    g_full = jax.jit(jax.grad(lambda p: jnp.sum(full(p) * weights)))(params)
+    g_sparse = jax.jit(jax.grad(lambda p: jnp.sum(sparse(p) * weights)))(params)
+    for a, c in zip(jax.tree.leaves(g_full), jax.tree.leaves(g_sparse)):
+        np.testing.assert_allclose(np.asarray(c), np.asarray(a), atol=1e-6, rtol=1e-5)

@@ -221,3 +221,15 @@ def test_lr_nan_never_reaches_the_weights():
     assert float(metrics["train/skipped"]) == 1.0
     _assert_bitwise_equal(params, state.params)
     _assert_bitwise_equal(opt_state, state.opt_state)
+
+
+def test_scoring_only_loss_columns_equals_scoring_every_column(single):
+    """rl.score_loss_only (the default) against the full [B, T, V] projection: same metrics and params."""
+    state_sparse, hist_sparse = single
+    state_full, hist_full = _run(CFG.replace(score_loss_only=False, micro_batches=2))
+    for a, b in zip(hist_sparse, hist_full):
+        assert a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    for a, b in zip(jax.tree.leaves(state_sparse.params), jax.tree.leaves(state_full.params)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-6)
