@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
+from spade_jax.cache import cache_root
+
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": str}
 
 
@@ -120,13 +122,6 @@ def byte_tokenizer(*, eos_token_ids: Sequence[int] = ()) -> Tokenizer:
     return Tokenizer(hf, eos_token_ids=eos_token_ids)
 
 
-def _cache_root() -> str | None:
-    """Where derived artifacts go (`SPADE_JAX_CACHE`, default ~/.cache/spade_jax); None if disabled."""
-    if os.environ.get("SPADE_JAX_NO_CACHE"):
-        return None
-    return os.environ.get("SPADE_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "spade_jax"))
-
-
 def file_key(path: str) -> str:
     """Content hash of a file, so cached artifacts follow the bytes and not the path."""
     digest = hashlib.blake2b(digest_size=16)
@@ -137,7 +132,7 @@ def file_key(path: str) -> str:
 
 
 def cache_dir(kind: str, path: str) -> str | None:
-    root = _cache_root()
+    root = cache_root()
     return None if root is None else os.path.join(root, kind, file_key(path))
 
 

@@ -45,8 +45,8 @@ def collate(
     """Right-pads every sample to a common bucketed length; extra rows are padding with no loss.
 
     A sample longer than `max_length` is cut from the right (its tail carries no loss then). With `pack`,
-    samples are packed first-fit decreasing into rows of that same width (so Dr.GRPO's default budget,
-    the width, does not change), rows rounded up to a multiple of `row_multiple` only.
+    samples are packed first-fit decreasing into rows `max_length` wide (else the bucketed width), rows
+    rounded up to `row_multiple` times a power of two.
     """
     if not samples:
         raise ValueError("collate needs at least one sample")
@@ -57,7 +57,10 @@ def collate(
     if max_length is not None:
         width = min(width, max(max_length, 1))
     if pack:
-        return _packed(samples, width, row_multiple, pad_id)
+        # Packed rows are full rows: at `max_length` wide every update has the same width, and with
+        # power-of-two row counts a run compiles its update for a few shapes only (each compile of a
+        # 135M model's update takes minutes on a 2-core CPU).
+        return _packed(samples, width if max_length is None else max(max_length, 1), row_multiple, pad_id)
     # Rows: row_multiple times a power of two, so few distinct shapes compile (and a multiple of
     # micro-batches x batch shards, as the train step needs).
     rows = row_multiple * _next_power_of_two(-(-len(samples) // row_multiple))
@@ -103,9 +106,9 @@ def _packed(samples: list[Sample], width: int, row_multiple: int, pad_id: int) -
             fill.append(0)
         placed.append((i, row, fill[row]))
         fill[row] += lengths[i]
-    # A multiple of micro-batches x batch shards, as the train step needs. Not a power of two: packing
-    # exists to cut rows, and row counts step by `row_multiple`, so few shapes compile anyway.
-    rows = _round_up(max(len(fill), 1), row_multiple)
+    # row_multiple (micro-batches x batch shards, as the train step needs) times a power of two, so
+    # few distinct shapes compile.
+    rows = row_multiple * _next_power_of_two(-(-max(len(fill), 1) // row_multiple))
     tokens = np.full((rows, width), pad_id, np.int32)
     positions = np.zeros((rows, width), np.int32)
     valid = np.zeros((rows, width), bool)
