@@ -41,8 +41,10 @@ class RLConfig:
     logprob_chunk: int | None = None
     # project onto the vocabulary only at loss columns (TrainBatch.score_index_bk, made on the host):
     # equal logprobs where the loss reads them, and the laptop's updates have ~12 loss tokens in
-    # ~1000-token rows; False: at every column (the [B, T, V] projection)
-    score_loss_only: bool = True
+    # ~1000-token rows; False: at every column (the [B, T, V] projection). Off by default: XLA:CPU
+    # compiled SmolLM2's update with it for over 6 minutes without finishing (the plain path: 140 s)
+    # and the laptop runs' compiled update grew to 6.3 GiB of temporaries (1.5 without), 2026-12-05
+    score_loss_only: bool = False
     # pack several samples into each update row (first-fit decreasing, attention kept inside each
     # sample by segment ids): equal loss and gradients with fewer rows (the laptop's 32 samples of
     # 300-1536 tokens fit in ~20 rows of 1536 instead of 32); False: one sample per row

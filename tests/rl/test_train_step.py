@@ -224,9 +224,9 @@ def test_lr_nan_never_reaches_the_weights():
 
 
 def test_scoring_only_loss_columns_equals_scoring_every_column(single):
-    """rl.score_loss_only (the default) against the full [B, T, V] projection: same metrics and params."""
-    state_sparse, hist_sparse = single
-    state_full, hist_full = _run(CFG.replace(score_loss_only=False, micro_batches=2))
+    """rl.score_loss_only against the full [B, T, V] projection (the default): same metrics and params."""
+    state_full, hist_full = single
+    state_sparse, hist_sparse = _run(CFG.replace(score_loss_only=True, micro_batches=2))
     for a, b in zip(hist_sparse, hist_full):
         assert a.keys() == b.keys()
         for k in a:
