@@ -25,8 +25,8 @@ import numpy as np
 VARIANTS = {
     "old": (dict(score_loss_only=False), False),
     "loss_only": (dict(score_loss_only=True), False),
-    "packed": (dict(score_loss_only=False), True),
-    "packed_bf16": (dict(score_loss_only=False, compute_dtype="bfloat16"), True),
+    "packed": (dict(score_loss_only=False, pack_sequences=True), True),
+    "packed_bf16": (dict(score_loss_only=False, pack_sequences=True, compute_dtype="bfloat16"), True),
 }
 
 

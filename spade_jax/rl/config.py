@@ -47,8 +47,10 @@ class RLConfig:
     score_loss_only: bool = False
     # pack several samples into each update row (first-fit decreasing, attention kept inside each
     # sample by segment ids): equal loss and gradients with fewer rows (the laptop's 32 samples of
-    # 300-1536 tokens fit in ~20 rows of 1536 instead of 32); False: one sample per row
-    pack_sequences: bool = True
+    # 300-1536 tokens fit in ~20 rows of 1536 instead of 32); False: one sample per row. Off by default:
+    # SmolLM2's packed update (32 x 1024, 8 micro-batches) compiled to 6.3 GiB of temporaries against
+    # 1.5 GiB unpacked, which OOM-killed two laptop runs side by side (2026-12-05; cause not found yet)
+    pack_sequences: bool = False
     seed: int = 0  # seeds the RNG carried in the train state
     # agent reward + this x the share of its replies holding a complete \boxed{...}
     # (SPADE: 0; shaping for small models that never answer in the action format)
