@@ -164,7 +164,11 @@ def test_sigint_then_the_printed_command_resumes_the_run(tmp_path):
     """Ctrl-C during a tiny run; the printed command (no --config) continues it with the run's own
     config, from the newest intact checkpoint after the latest one is damaged."""
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # Without the suite's persistent XLA cache (conftest.py): a Ctrl-C that lands while JAX writes a
+    # cache entry was swallowed and the run went on to the end (seen 2026-12-05; a run outside the
+    # tests has no such cache).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))}
+    env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.Popen(
         [sys.executable, "-m", "experiments.run", "--config", "tiny", "--out", str(out), "iterations=30",
          "tensorboard=false"],
