@@ -33,6 +33,11 @@ def _next_power_of_two(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+def _bucket_rows(n: int, row_multiple: int) -> int:
+    """`row_multiple` times a power of two, at least `n` (and at least one multiple)."""
+    return row_multiple * _next_power_of_two(-(-max(n, 1) // row_multiple))
+
+
 def collate(
     samples: list[Sample],
     *,
@@ -63,7 +68,7 @@ def collate(
         return _packed(samples, width if max_length is None else max(max_length, 1), row_multiple, pad_id)
     # Rows: row_multiple times a power of two, so few distinct shapes compile (and a multiple of
     # micro-batches x batch shards, as the train step needs).
-    rows = row_multiple * _next_power_of_two(-(-len(samples) // row_multiple))
+    rows = _bucket_rows(len(samples), row_multiple)
     tokens = np.full((rows, width), pad_id, np.int32)
     valid = np.zeros((rows, width), bool)
     loss = np.zeros((rows, width), bool)
@@ -108,7 +113,7 @@ def _packed(samples: list[Sample], width: int, row_multiple: int, pad_id: int) -
         fill[row] += lengths[i]
     # row_multiple (micro-batches x batch shards, as the train step needs) times a power of two, so
     # few distinct shapes compile.
-    rows = row_multiple * _next_power_of_two(-(-max(len(fill), 1) // row_multiple))
+    rows = _bucket_rows(len(fill), row_multiple)
     tokens = np.full((rows, width), pad_id, np.int32)
     positions = np.zeros((rows, width), np.int32)
     valid = np.zeros((rows, width), bool)
