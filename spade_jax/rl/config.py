@@ -43,13 +43,12 @@ class RLConfig:
     # equal logprobs where the loss reads them, and the laptop's updates have ~12 loss tokens in
     # ~1000-token rows; False: at every column (the [B, T, V] projection). Off by default: XLA:CPU
     # compiled SmolLM2's update with it for over 6 minutes without finishing (the plain path: 140 s)
-    # and the laptop runs' compiled update grew to 6.3 GiB of temporaries (1.5 without), 2026-12-05
     score_loss_only: bool = False
     # pack several samples into each update row (first-fit decreasing, attention kept inside each
-    # sample by segment ids): equal loss and gradients with fewer rows (the laptop's 32 samples of
-    # 300-1536 tokens fit in ~20 rows of 1536 instead of 32); False: one sample per row. Off by default:
-    # SmolLM2's packed update (32 x 1024, 8 micro-batches) compiled to 6.3 GiB of temporaries against
-    # 1.5 GiB unpacked, which OOM-killed two laptop runs side by side (2026-12-05; cause not found yet)
+    # sample by segment ids), rows as wide as unpacked ones: equal loss and gradients with fewer rows
+    # (44 laptop-like samples of 120-800 tokens: 32 rows instead of 48, update 151 s vs 226 s on
+    # SmolLM2, benchmarks/update_packing.py); False: one sample per row (the reference's layout).
+    # On in the `laptop` config; off by default until timed on an accelerator's attention kernels
     pack_sequences: bool = False
     seed: int = 0  # seeds the RNG carried in the train state
     # agent reward + this x the share of its replies holding a complete \boxed{...}

@@ -30,3 +30,17 @@ def test_long_samples_are_cut_to_max_length():
     batch = collate([Sample(list(range(10)), [1] * 10, [-1.0] * 10)], length_multiple=4, max_length=6)
     assert batch.tokens_bt.shape == (1, 6)
     assert batch.loss_mask_bt[0].sum() == 5
+
+
+def test_rows_bucket_to_powers_of_two_and_one_and_a_half_times_them():
+    got = [collate([Sample([1, 2], [0, 1], [0.0, -1.0])] * n, row_multiple=8).tokens_bt.shape[0]
+           for n in (1, 8, 9, 17, 25, 33, 44, 49, 65)]
+    assert got == [8, 8, 16, 24, 32, 48, 48, 64, 96]
+
+
+def test_packed_rows_are_as_wide_as_unpacked_ones_not_max_length():
+    samples = [Sample(list(range(1, n + 1)), [1] * n, [-1.0] * n) for n in (300, 200, 100, 90)]
+    plain = collate(samples, max_length=8192)
+    packed = collate(samples, max_length=8192, pack=True)
+    assert plain.tokens_bt.shape == (4, 384)
+    assert packed.tokens_bt.shape == (3, 384)  # [300], [200, 100], [90]: 3 rows of 384, not 8192
