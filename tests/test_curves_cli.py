@@ -1,0 +1,48 @@
+"""experiments.curves: run directories in, the learning-curve PNG and a per-iteration table out (the band
+checked against scipy's t interval), one-line errors for what is not a run."""
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from experiments import curves
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _run(tmp_path, name, win_rates):
+    run = tmp_path / name
+    run.mkdir()
+    with open(run / "metrics.jsonl", "w") as f:
+        for i, rate in enumerate(win_rates):
+            f.write(json.dumps({"iteration": i, "agent/win_rate": rate, "agent/mean_reward": rate / 2,
+                                "run/train_s": 60.0 * (i + 1), "wall_s": 60.0 * (i + 1)}) + "\n")
+    return str(run)
+
+
+def test_writes_the_png_and_a_table_with_the_t_band_over_seeds(tmp_path, capsys):
+    rates = [[0.2, 0.4], [0.3, 0.5], [0.1, 0.45]]
+    runs = [_run(tmp_path, f"s{i}", r) for i, r in enumerate(rates)]
+    out = tmp_path / "c.png"
+    assert curves.main(runs + ["--label", "laptop", "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == PNG_SIGNATURE
+    printed = capsys.readouterr().out
+    last = np.array([r[1] for r in rates])
+    low, high = stats.t.interval(0.95, df=2, loc=last.mean(), scale=stats.sem(last))
+    assert f"| laptop | 1 | 3 | 2.0 | {last.mean():.3f} [{low:.3f}, {high:.3f}] |" in printed
+
+
+def test_a_seed_that_stopped_early_counts_where_it_reached(tmp_path, capsys):
+    runs = [_run(tmp_path, "a", [0.2, 0.4, 0.6]), _run(tmp_path, "b", [0.3])]
+    assert curves.main(["--arm", f"fp={runs[0]},{runs[1]}", "--out", str(tmp_path / "c.png")]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| fp |")]
+    assert [row.split("|")[3].strip() for row in rows] == ["2", "1", "1"]
+
+
+@pytest.mark.parametrize("make", [lambda p: str(p / "missing"), lambda p: str(p)])
+def test_not_a_run_directory_is_one_line(tmp_path, capsys, make):
+    assert curves.main([make(tmp_path), "--out", str(tmp_path / "c.png")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "metrics.jsonl" in err
