@@ -261,3 +261,16 @@ def test_program_transpiles_to_jax_and_agrees_with_python(name):
         assert result[1:3] == (1.0, True)
         rng = random.Random(seed)
         _compare_in_jax(name, transpiled, step, seed, lambda env, i, rng=rng: _legal_action(name, env, rng))
+
+
+def test_sequence_rule_with_fewer_rounds_than_lives_can_still_be_lost():
+    # ROUNDS=1 with LIVES=2 once made every play a win: the single wrong guess left a life
+    env = load_library_env("sequence_rule")
+    env.ROUNDS = 1
+    obs, _ = env.reset(seed=3)
+    assert "1 wrong predictions lose" in obs
+    _, reward, terminated, truncated, _ = env.step(f"\\boxed{{{env.terms[env.known] + 1}}}")
+    assert terminated and not truncated and reward == 0.0
+    obs, _ = env.reset(seed=3)
+    _, reward, terminated, _, _ = env.step(env.solution()[0])
+    assert terminated and reward == 1.0

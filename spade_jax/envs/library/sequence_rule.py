@@ -8,7 +8,7 @@ class SequenceRuleEnv:
     MAX_TURNS = 10  # hard cap on steps, invalid ones included (then truncated)
     SHOWN = 5  # terms visible at the start
     ROUNDS = 3  # further terms to predict, one per round
-    LIVES = 2  # the LIVES-th wrong prediction loses
+    LIVES = 2  # the LIVES-th wrong prediction loses (never more lives than ROUNDS: else a guess could not lose)
     PARTIAL = 0.5  # a loss scores PARTIAL x the share of terms predicted right (a win scores 1)
 
     def reset(self, seed=None):
@@ -33,12 +33,12 @@ class SequenceRuleEnv:
             else:
                 self.terms[n] = a + b * (n // 2) if n % 2 == 0 else d + c * 10 + a * (n // 2)
         self.known = self.SHOWN
-        self.lives = self.LIVES
+        self.lives = min(self.LIVES, self.ROUNDS)
         self.turn = 0
         self.done = False
         intro = (
             f"These are the first {self.SHOWN} terms of an integer sequence made by a simple hidden rule. Predict "
-            f"the next {self.ROUNDS} terms one at a time; {self.LIVES} wrong predictions lose."
+            f"the next {self.ROUNDS} terms one at a time; {self.lives} wrong predictions lose."
         )
         return self._observe(intro), {}
 
@@ -59,7 +59,7 @@ class SequenceRuleEnv:
                 message = f"Wrong: the next term is {answer}, not {guess}."
             if self.lives == 0:
                 self.done = True
-                right = self.known - self.SHOWN - (self.LIVES - self.lives)
+                right = self.known - self.SHOWN - (min(self.LIVES, self.ROUNDS) - self.lives)
                 reward = self.PARTIAL * right / self.ROUNDS
                 return self._observe(message + " No lives left; you lose."), reward, True, False, {}
             if self.known == self.SHOWN + self.ROUNDS:
