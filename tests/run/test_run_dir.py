@@ -197,6 +197,7 @@ def test_sigint_then_the_printed_command_resumes_the_run(tmp_path):
     assert "damaged" in done.stderr
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["iteration"] for m in metrics] == list(range(steps[-1] + 1))
+    assert all(m["memory/peak_rss_gib"] >= m["memory/rss_gib"] > m["memory/jax_live_gib"] > 0 for m in metrics)
     assert yaml.safe_load((out / "config.yaml").read_text())["model"]["name"] == "tiny"
     assert list((out / "checkpoints-damaged").iterdir())
     record = json.loads((out / "run.json").read_text())

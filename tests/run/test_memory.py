@@ -1,0 +1,24 @@
+"""memory/* metrics: the live JAX bytes follow arrays made and freed (sizes from numpy), the resident set
+is the kernel's (/proc/self/status VmRSS, read independently)."""
+
+import jax.numpy as jnp
+import numpy as np
+
+from spade_jax.run.memory import GIB, memory_metrics, resident_bytes
+
+
+def test_live_bytes_follow_arrays_made_and_freed():
+    before = memory_metrics()["memory/jax_live_gib"]
+    x = jnp.ones((512, 1024), jnp.float32)
+    made = memory_metrics()["memory/jax_live_gib"]
+    assert abs((made - before) * GIB - np.ones((512, 1024), np.float32).nbytes) < 1
+    del x
+    assert abs(memory_metrics()["memory/jax_live_gib"] - before) * GIB < 1
+
+
+def test_resident_set_matches_the_kernels_and_peak_is_at_least_it():
+    with open("/proc/self/status") as f:
+        vm_rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+    assert abs(resident_bytes() - vm_rss) < 64 << 20  # the two reads are moments apart
+    metrics = memory_metrics()
+    assert metrics["memory/peak_rss_gib"] >= metrics["memory/rss_gib"] * 0.99 > 0
