@@ -32,7 +32,7 @@ def _round_up(n: int, multiple: int) -> int:
 def _row_bucket(n: int) -> int:
     """The smallest of 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (powers of two and 1.5 times them) >= n: at most
     a third of the rows are padding (a power of two alone pads 44 samples to 64), and a run still meets
-    few distinct shapes (each a compile of minutes for a 135M model on a 2-core CPU)."""
+    few distinct shapes (each a compile of a minute or more for a 135M model on a 2-core CPU)."""
     power = 1 << max(0, (n - 1).bit_length())
     return power * 3 // 4 if power >= 4 and power * 3 // 4 >= n else power
 
