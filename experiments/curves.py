@@ -61,7 +61,7 @@ def table(arms: dict[str, list[list[dict]]]) -> str:
         for i in sorted({i for points in curves.values() for i in points}):
             reached = next(points[i] for points in curves.values() if i in points)
             cells = [_cell(curves[k].get(i)) for k, _ in keys]
-            lines.append(f"| {label} | {i} | {reached['seeds']} | {reached['minutes']:.1f} | " + " | ".join(cells) + " |")
+            lines.append(f"| {label} | {i} | {reached['seeds']} | {reached['minutes']:.1f} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 

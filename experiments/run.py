@@ -61,8 +61,8 @@ def _run_locked(config, run_dir) -> None:
     from spade_jax.policy import Learner, Policy
     from spade_jax.run import FollowerLogger, PhaseTimer, RunLogger, setup_logging
     from spade_jax.run.budget import TRAIN_SECONDS, Budget, spent_seconds
-    from spade_jax.run.memory import memory_metrics
     from spade_jax.run.checkpoint import Checkpointer
+    from spade_jax.run.memory import memory_metrics, release_free_memory
     from spade_jax.selfplay import SelfPlay
 
     out, resume = run_dir.out, run_dir.resume
@@ -123,6 +123,7 @@ def _run_locked(config, run_dir) -> None:
                 started = time.perf_counter()
                 metrics = selfplay.step()
                 metrics[TRAIN_SECONDS] = budget.add(time.perf_counter() - started)
+                release_free_memory()  # the update's freed temporaries, before the next plays
                 metrics.update(memory_metrics())
                 stop = distributed.broadcast_object(budget.exhausted)
                 if config.eval_every and selfplay.iteration % config.eval_every == 0:

@@ -50,6 +50,7 @@ from spade_jax.rollout import (
     play_episodes_device,
     with_hint,
 )
+from spade_jax.run.memory import release_free_memory
 
 log = logging.getLogger("spade_jax.selfplay")
 
@@ -609,6 +610,7 @@ class SelfPlay:
             return self._step_async()
         samples, metrics = self.collect()
         self.policy.sampler.forget()  # the update invalidates the kept KV cache: free it first
+        release_free_memory()  # and give the plays' freed buffers back before the update allocates its own
         with self.timer.phase("update"):
             metrics.update(self.learner.update(samples))
         metrics.update(self.timer.pop())

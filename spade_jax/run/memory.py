@@ -1,9 +1,17 @@
 """Where a run's memory is, logged every iteration: the process's resident set (host RAM, which on a CPU
 backend also holds JAX's buffers), the bytes of the JAX arrays alive now, and each accelerator's
-in-use and peak bytes where the backend reports them."""
+in-use and peak bytes where the backend reports them; and giving freed host memory back between phases.
+
+On XLA:CPU the resident set of a `laptop` run grew to 12 GiB while its live JAX arrays held 2 GiB:
+glibc keeps the pages of freed buffers (XLA's temporaries of the sampler and of the update, allocated
+from several threads' arenas) mapped. `release_free_memory` returns them (glibc `malloc_trim`).
+"""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import os
 import resource
 import sys
@@ -24,6 +32,32 @@ def peak_resident_bytes() -> int:
     """The largest resident set this process has had (ru_maxrss: KiB on Linux, bytes on macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's malloc_trim, or None (another libc, or not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
+
+
+def release_free_memory() -> int:
+    """Gives the pages of freed host allocations back to the OS (glibc malloc_trim); returns the bytes the
+    resident set shrank by (0 where there is no glibc or no /proc)."""
+    trim = _malloc_trim()
+    before = resident_bytes()
+    if trim is None or before is None:
+        return 0
+    trim(0)
+    after = resident_bytes()
+    return max(before - (after if after is not None else before), 0)
 
 
 def live_array_bytes() -> int:
