@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", nargs="*", help="run directories: the seeds of one arm")
     ap.add_argument("--label", default="run", help="the arm's name for the positional runs")
     ap.add_argument("--arm", action="append", default=[], metavar="LABEL=DIR,DIR",
-                    help="another arm: its label and its seeds' run directories (repeatable)")
+                    help="another arm: its label (no \"=\") and its seeds' run directories (repeatable)")
     ap.add_argument("--out", required=True, help="the PNG to write")
     args = ap.parse_args(argv)
     try:
