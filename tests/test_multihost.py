@@ -39,7 +39,8 @@ def _free_port() -> int:
 
 def _rows(path: Path) -> list[dict]:
     clocks = ("wall_s", TRAIN_SECONDS)  # wall-clock readings differ run to run
-    return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/") and k not in clocks}
+    # and so does memory: a process holds its own shards, a resident set is the process's
+    return [{k: v for k, v in json.loads(line).items() if not k.startswith(("time/", "memory/")) and k not in clocks}
             for line in path.read_text().splitlines()]
 
 
