@@ -33,7 +33,8 @@ class SequenceRuleEnv:
             else:
                 self.terms[n] = a + b * (n // 2) if n % 2 == 0 else d + c * 10 + a * (n // 2)
         self.known = self.SHOWN
-        self.lives = min(self.LIVES, self.ROUNDS)
+        self.start_lives = min(self.LIVES, self.ROUNDS)
+        self.lives = self.start_lives
         self.turn = 0
         self.done = False
         intro = (
@@ -59,7 +60,7 @@ class SequenceRuleEnv:
                 message = f"Wrong: the next term is {answer}, not {guess}."
             if self.lives == 0:
                 self.done = True
-                right = self.known - self.SHOWN - (min(self.LIVES, self.ROUNDS) - self.lives)
+                right = self.known - self.SHOWN - (self.start_lives - self.lives)
                 reward = self.PARTIAL * right / self.ROUNDS
                 return self._observe(message + " No lives left; you lose."), reward, True, False, {}
             if self.known == self.SHOWN + self.ROUNDS:
