@@ -54,6 +54,7 @@ def _run_locked(config, run_dir) -> None:
     import jax.numpy as jnp  # heavy imports after argument errors are reported
 
     from spade_jax import distributed
+    from spade_jax.cache import enable_compilation_cache
     from spade_jax.config import to_dict
     from spade_jax.envs.backends.sandbox import SandboxPool
     from spade_jax.models.registry import load_model
@@ -66,6 +67,7 @@ def _run_locked(config, run_dir) -> None:
     from spade_jax.selfplay import SelfPlay
 
     out, resume = run_dir.out, run_dir.resume
+    enable_compilation_cache()  # a resume or another seed loads the compiled update instead of recompiling
     leader = distributed.is_leader()  # in a multi-process run only process 0 writes files and runs programs
     placement = make_placement(config.mesh)  # the trainer's mesh, and the sampler's (the same unless disaggregated)
     setup_logging(out if leader else None)

@@ -1,5 +1,5 @@
 """Where derived artifacts are kept between runs (`$SPADE_JAX_CACHE`, default ~/.cache/spade_jax;
-`SPADE_JAX_NO_CACHE=1` turns caching off): built tokenizers."""
+`SPADE_JAX_NO_CACHE=1` turns caching off): built tokenizers, and XLA's compiled programs."""
 
 from __future__ import annotations
 
@@ -11,3 +11,28 @@ def cache_root() -> str | None:
     if os.environ.get("SPADE_JAX_NO_CACHE"):
         return None
     return os.environ.get("SPADE_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "spade_jax"))
+
+
+# A compile shorter than this is not worth a file (XLA's own default is 1 s).
+MIN_CACHED_COMPILE_SECONDS = 2.0
+# Least recently used programs are dropped beyond this (an update of SmolLM2 is tens of MB).
+MAX_CACHE_BYTES = 4 << 30
+
+
+def enable_compilation_cache() -> str | None:
+    """Keeps XLA's compiled programs under `<cache>/xla`, so a resumed run, another seed or the next
+    run of a config loads its update and sampler programs instead of compiling them again (a compile of
+    SmolLM2's update takes minutes on a 2-core CPU). A folder already named by JAX_COMPILATION_CACHE_DIR
+    is kept. Returns the folder in use, None when caching is off."""
+    import jax
+
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return os.environ["JAX_COMPILATION_CACHE_DIR"]
+    root = cache_root()
+    if root is None:
+        return None
+    path = os.path.join(root, "xla")
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_CACHED_COMPILE_SECONDS)
+    jax.config.update("jax_compilation_cache_max_size", MAX_CACHE_BYTES)
+    return path

@@ -249,6 +249,7 @@ def read_yaml(name_or_path: str, _chain: tuple[Path, ...] = ()) -> dict:
 # The run's config tree. Sections are declared next to the code they configure.
 
 MODES = ("selfplay", "fixed_pool")
+GROUP_INSTANCES = ("independent", "shared")
 DTYPES = ("float32", "bfloat16")
 MAX_SEED = 2**63 - 1  # largest seed both numpy and jax.random.key accept
 
@@ -291,6 +292,11 @@ class Config:
     group_size: int = 16  # SPADE's G: plays per environment and arm (GRPO group size); the hinted arm's plays
     # SPADE: 192, no-hint plays per game = ceil(this / valid games); None: group_size
     nohint_plays_total: int | None = None
+    # Which instance each play of a group meets. independent (SPADE: every play resets to its own random
+    # instance, so a group's spread is partly instance luck); shared (one seed per environment, arm and
+    # iteration, as GRPO's G answers to one prompt: the advantage compares replies to the same observation,
+    # and a guess that wins by luck on some instances earns nothing on average)
+    group_instances: str = "independent"
     # SPADE: 192 samples per update, designer samples first, agent samples trimmed or upsampled to fill;
     # None: every sample once
     global_batch: int | None = None
@@ -352,6 +358,7 @@ class Config:
                                   "sandbox)")
         choice(self.backend, BACKEND_CHOICES, "backend")
         choice(self.play_loop, ("host", "device"), "play_loop")
+        choice(self.group_instances, GROUP_INSTANCES, "group_instances")
         if self.play_loop == "device" and self.rollout.reply_prefix:
             raise ConfigError("rollout.reply_prefix needs play_loop=host (the device loop reads whole replies)")
         for key in ("iterations", "regen_interval", "pool_size", "group_size", "max_parallel_episodes",

@@ -310,8 +310,10 @@ class SelfPlay:
                 continue
             arms = ("nohint", "hint") if hinted and env.hint else ("nohint",)
             for arm in arms:
+                shared_seed = int(self.rng.integers(2**31)) if cfg.group_instances == "shared" else None
                 for _ in range(plays[arm]):
-                    jobs.append((env, arm, int(self.rng.integers(2**31))))
+                    seed = shared_seed if shared_seed is not None else int(self.rng.integers(2**31))
+                    jobs.append((env, arm, seed))
         trajectories = []
         if cfg.play_loop == "device":
             trajectories, jobs = self._play_on_device(jobs)
