@@ -5,6 +5,7 @@ writes JSON, and flags generated envs that copy an eval env.
   python -m experiments.eval --model smollm2-135m-instruct --suite quick
   python -m experiments.eval --run runs/spade-tiny --suite heldout --out eval.json
   python -m experiments.eval --model smollm2-135m-instruct --suite tool_use_quick --episodes 50
+  python -m experiments.eval --run runs/laptop-s0 --suite train   # the run's own games at fixed seeds
 """
 
 from __future__ import annotations
@@ -159,6 +160,20 @@ def _run_duplicates(run_dir: Path, suite: evaluation.EvalSuite) -> list[dict]:
     return [flag._asdict() for flag in evaluation.flag_duplicates(programs, suite)]
 
 
+def _train_suite(args: argparse.Namespace) -> evaluation.EvalSuite:
+    """The train suite: the run's (or --env-pool's) library games at the run's (or --max-turns') turn cap."""
+    config = _run_config(Path(args.run)) if args.run and Path(args.run).is_dir() else {}
+    env_pool = args.env_pool or config.get("env_pool")
+    if not env_pool:
+        raise UsageError("--suite train needs --env-pool 'library:...' or a --run trained on a library env_pool")
+    max_turns = args.max_turns
+    if max_turns is None:
+        max_turns = int((config.get("rollout") or {}).get("max_turns") or 25)
+    if max_turns < 1:
+        raise UsageError(f"--max-turns must be >= 1, got {max_turns}")
+    return evaluation.train_suite(env_pool, max_turns, args.episodes)
+
+
 def _check_out(out: Path) -> None:
     """Fails (UsageError) before any work unless the JSON report can be written at `out`; makes missing parents."""
     if out.is_dir():
@@ -205,7 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--model", help="preset name, HF model directory or .gguf file")
     which.add_argument("--run", help="run directory of experiments.run (latest checkpoint)")
     parser.add_argument("--suite", default="heldout",
-                        choices=sorted(evaluation.SUITES) + sorted(evaluation.TOOL_SUITES))
+                        choices=sorted(evaluation.SUITES) + sorted(evaluation.TOOL_SUITES) + [evaluation.TRAIN],
+                        help="train: the games a run trains on (its library env_pool, or --env-pool) at fixed "
+                             "seeds, not held out")
+    parser.add_argument("--env-pool", help="the train suite's 'library:...' pool (default for --run: the run's env_pool)")
+    parser.add_argument("--max-turns", type=int,
+                        help="the train suite's turn cap (default for --run: the run's rollout.max_turns, else 25)")
     parser.add_argument("--episodes", type=int,
                         help="episodes per task (default: the suite's); for tool_use suites, entries per category")
     parser.add_argument("--tasks", help="comma-separated subset of the suite's env ids (tool_use: bfcl:CATEGORY)")
@@ -239,7 +259,12 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
         if args.seed < 0:
             raise UsageError(f"--seed must be >= 0, got {args.seed}")
-        suite = evaluation.get_suite(args.suite, args.episodes)
+        if args.suite == evaluation.TRAIN:
+            suite = _train_suite(args)
+        elif args.env_pool or args.max_turns is not None:
+            raise UsageError("--env-pool and --max-turns apply to --suite train only")
+        else:
+            suite = evaluation.get_suite(args.suite, args.episodes)
         if args.tasks:
             suite = suite.only([t.strip() for t in args.tasks.split(",") if t.strip()])
         if args.run and not Path(args.run).is_dir():
@@ -258,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     result = {"source": source, **report.to_dict()}
     print(report.format_table())
-    if args.run:
+    if args.run and suite.name != evaluation.TRAIN:  # the train suite is the run's own games
         try:
             flags = _run_duplicates(Path(args.run), suite)
         except (OSError, ValueError, KeyError) as err:  # a damaged archive must not cost the report

@@ -31,7 +31,7 @@ from spade_jax.evaluation.environments import (
 )
 from spade_jax.evaluation.policies import Policy, model_completer, model_policy, tokens_policy
 from spade_jax.evaluation.stats import macro_interval, wilson_interval
-from spade_jax.evaluation.suites import SUITES, EvalSuite, EvalTask, get_suite
+from spade_jax.evaluation.suites import SUITES, TRAIN, EvalSuite, EvalTask, get_suite, train_suite
 
 __all__ = [
     "DUPLICATE_THRESHOLD",
@@ -54,6 +54,8 @@ __all__ = [
     "first_observation",
     "flag_duplicates",
     "get_suite",
+    "train_suite",
+    "TRAIN",
     "get_tool_suite",
     "load_category",
     "macro_interval",

@@ -76,7 +76,30 @@ class _ReasoningGymEnv:
         return "Answer recorded.", score, True, False
 
 
-def make_eval_env(env_id: str) -> _GameEnv | _ReasoningGymEnv:
+class _LibraryEnv:
+    """A training-library program at the constants its id names (trusted code, run in-process);
+    success is a terminal win (reward 1, not truncated)."""
+
+    def __init__(self, env_id: str):
+        from spade_jax.envs.library import LIBRARY_POOL, library_program, parse_library_pool
+
+        (entry,) = parse_library_pool(LIBRARY_POOL + env_id.split(":", 1)[1])
+        namespace: dict[str, Any] = {"__name__": f"library_{entry.name}"}
+        exec(compile(entry.source(), f"<library {entry.name}>", "exec"), namespace)
+        self._env = namespace[library_program(entry.name).class_name]()
+
+    def reset(self, seed: int) -> str:
+        obs, _ = self._env.reset(seed=seed)
+        return obs
+
+    def step(self, action: str) -> tuple[str, float, bool, bool]:
+        obs, reward, terminated, truncated, _ = self._env.step(action)
+        reward = float(reward)
+        self.success = bool(terminated) and not bool(truncated) and reward >= 1.0 - 1e-6
+        return obs, reward, bool(terminated), bool(truncated)
+
+
+def make_eval_env(env_id: str) -> _GameEnv | _ReasoningGymEnv | _LibraryEnv:
     """An eval env: `reset(seed) -> text`, `step(action) -> (text, reward, terminated,
     truncated)`, and `.success` after the last step."""
     kind = env_id.split(":", 1)[0]
@@ -84,7 +107,9 @@ def make_eval_env(env_id: str) -> _GameEnv | _ReasoningGymEnv:
         return _GameEnv(env_id)
     if kind == "rg":
         return _ReasoningGymEnv(env_id)
-    raise ValueError(f"eval env id {env_id!r} must start with 'game:' or 'rg:'")
+    if kind == "lib":
+        return _LibraryEnv(env_id)
+    raise ValueError(f"eval env id {env_id!r} must start with 'game:', 'rg:' or 'lib:'")
 
 
 def first_observation(env_id: str, seed: int = HELDOUT_SEED_BASE) -> str:

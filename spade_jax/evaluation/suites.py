@@ -15,16 +15,18 @@ HELDOUT_SEED_BASE = 900_000
 class EvalTask:
     """One held-out environment and how to play it."""
 
-    env_id: str  # "game:<GEM id>" (GEM game) or "rg:<name>" (reasoning-gym dataset)
+    # "game:<GEM id>" (GEM game), "rg:<name>" (reasoning-gym dataset) or "lib:<name>(CONST=value,...)"
+    # (a training library program: the `train` suite, never held out)
+    env_id: str
     episodes: int  # episodes scored, one per seed
     max_turns: int  # turn cap of one episode (reasoning-gym tasks are single-turn: 1)
     seeds: tuple[int, ...] = ()  # episode seeds; empty means HELDOUT_SEED_BASE + 0..episodes-1
 
     def __post_init__(self):
-        if not re.fullmatch(r"(game|rg):[A-Za-z0-9_.\-]+", self.env_id):
+        if not re.fullmatch(r"(game|rg):[A-Za-z0-9_.\-]+|lib:[A-Za-z0-9_]+(\([^()]*\))?", self.env_id):
             raise ValueError(
-                f"eval env id {self.env_id!r} must look like 'game:TowerofHanoi-v0-easy' or "
-                "'rg:countdown'"
+                f"eval env id {self.env_id!r} must look like 'game:TowerofHanoi-v0-easy', "
+                "'rg:countdown' or 'lib:odd_one_out(ROUNDS=2,CHOICES=3)'"
             )
         if self.episodes < 1:
             raise ValueError(f"{self.env_id}: episodes must be >= 1, got {self.episodes}")
@@ -114,6 +116,28 @@ SUITES: dict[str, EvalSuite] = {
     # 60 episodes per task, one turn each: about a minute on 2 cores for the embedded model.
     "small": EvalSuite("small", tuple(EvalTask(env_id, 60, 1) for env_id in _SMALL)),
 }
+
+
+# Episodes per game of the `train` suite: its seeds are HELDOUT_SEED_BASE + 0..29, instances the run
+# almost surely never played (training seeds are drawn from 0..2**31).
+TRAIN_EPISODES = 30
+TRAIN = "train"  # the suite of a run's own library games (experiments.eval --suite train)
+
+
+def train_suite(env_pool: str, max_turns: int, episodes: int | None = None) -> EvalSuite:
+    """A `library:` pool's games at fixed seeds: how well an agent plays what it trains on, measured
+    greedily on the same instances before and after training (not a held-out suite)."""
+    from spade_jax.envs.library import LIBRARY_POOL, parse_library_pool
+
+    if not env_pool.startswith(LIBRARY_POOL):
+        raise ValueError(f"the train suite needs a 'library:...' pool, got {env_pool!r}")
+    tasks = []
+    for entry in parse_library_pool(env_pool):
+        entry.source()  # the program exists and takes its constants
+        constants = ",".join(f"{k}={v!r}" for k, v in entry.constants)
+        env_id = f"lib:{entry.name}({constants})" if constants else f"lib:{entry.name}"
+        tasks.append(EvalTask(env_id, episodes or TRAIN_EPISODES, max_turns))
+    return EvalSuite(TRAIN, tuple(tasks))
 
 
 def get_suite(name: str, episodes: int | None = None) -> EvalSuite:
