@@ -246,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from spade_jax.cache import enable_compilation_cache
     from spade_jax.rollout import AGENT_SYSTEM
     from spade_jax.run import setup_logging
 
@@ -272,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out) if args.out else (Path(args.run) / f"eval_{suite.name}.json" if args.run else None)
         if out is not None:
             _check_out(out)
+        enable_compilation_cache()  # a second evaluation loads the sampler's programs instead of compiling them
         policy, source = _load_policy(args)
     except (UsageError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
