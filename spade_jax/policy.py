@@ -85,6 +85,7 @@ class Learner:
         batch = collate(
             samples, row_multiple=self.row_multiple, max_length=self.max_length,
             pad_id=getattr(self.model.spec, "pad_token_id", None) or 0, pack=self.cfg.pack_sequences,
+            min_length=self.cfg.min_update_length,
         )
         self.state, metrics = self.train_step(self.state, batch, self.ref_params)
         out = {k: float(v) for k, v in metrics.items()}

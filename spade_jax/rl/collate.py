@@ -50,16 +50,18 @@ def collate(
     row_multiple: int = 1,
     pad_id: int = 0,
     pack: bool = False,
+    min_length: int | None = None,
 ) -> TrainBatch:
     """Right-pads every sample to a common bucketed length; extra rows are padding with no loss.
 
     A sample longer than `max_length` is cut from the right (its tail carries no loss then). With `pack`,
     samples are packed first-fit decreasing into rows as wide as the unpacked batch's (the longest sample's
-    bucketed length), so packing only removes rows. Rows are `row_multiple` times a row bucket.
+    bucketed length), so packing only removes rows. Rows are `row_multiple` times a row bucket. Rows are
+    at least `min_length` wide (bucketed), whatever the batch's longest sample: one width for every batch.
     """
     if not samples:
         raise ValueError("collate needs at least one sample")
-    longest = max(len(s.tokens) for s in samples)
+    longest = max(max(len(s.tokens) for s in samples), min_length or 0)
     if max_length is not None:
         longest = min(longest, max_length)
     width = _round_up(max(longest, 1), length_multiple)

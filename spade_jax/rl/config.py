@@ -50,6 +50,11 @@ class RLConfig:
     # SmolLM2, benchmarks/update_packing.py); False: one sample per row (the reference's layout).
     # On in the `laptop` config; off by default until timed on an accelerator's attention kernels
     pack_sequences: bool = False
+    # Update rows at least this many tokens wide (rounded up to 128); null: the batch's longest sample.
+    # One width for every update leaves one compiled update per row count instead of one per (rows,
+    # length) pair, and each new pair costs a compile of about a minute for SmolLM2 on a 2-core CPU; with
+    # pack_sequences the wider rows hold more samples each, so the padding it adds is small.
+    min_update_length: int | None = None
     seed: int = 0  # seeds the RNG carried in the train state
     # agent reward + this x the share of its replies holding a complete \boxed{...}
     # (SPADE: 0; shaping for small models that never answer in the action format)
@@ -86,6 +91,8 @@ class RLConfig:
             raise ValueError(f"format_bonus must be in [0, 1], got {self.format_bonus}")
         if self.logprob_chunk is not None and self.logprob_chunk <= 0:
             raise ValueError(f"logprob_chunk must be positive or None, got {self.logprob_chunk}")
+        if self.min_update_length is not None and self.min_update_length <= 0:
+            raise ValueError(f"min_update_length must be positive or None, got {self.min_update_length}")
         from spade_jax.rl.advantages import get_advantage_estimator  # avoid a cycle
 
         get_advantage_estimator(self.agent_advantage)

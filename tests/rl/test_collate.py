@@ -44,3 +44,14 @@ def test_packed_rows_are_as_wide_as_unpacked_ones_not_max_length():
     packed = collate(samples, max_length=8192, pack=True)
     assert plain.tokens_bt.shape == (4, 384)
     assert packed.tokens_bt.shape == (3, 384)  # [300], [200, 100], [90]: 3 rows of 384, not 8192
+
+
+def test_min_length_gives_every_batch_one_width_without_cutting_longer_samples():
+    short = [Sample(list(range(1, n + 1)), [1] * n, [-1.0] * n) for n in (300, 200, 100, 90)]
+    packed = collate(short, max_length=8192, pack=True, min_length=1000)
+    assert packed.tokens_bt.shape == (1, 1024)  # all four in one 1024-wide row
+    np.testing.assert_array_equal(packed.valid_bt.sum(1), [690])
+    assert collate(short[:1], max_length=8192, min_length=1000).tokens_bt.shape == (1, 1024)
+    long = [Sample(list(range(1, 1501)), [1] * 1500, [-1.0] * 1500)]
+    assert collate(long, max_length=8192, pack=True, min_length=1000).tokens_bt.shape == (1, 1536)
+    assert collate(long, max_length=1200, min_length=1000).tokens_bt.shape == (1, 1200)  # max_length still cuts

@@ -85,3 +85,11 @@ def test_kl_reference_survives_a_resume():
         np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
     want, got = running.update(_samples(1.0)), resumed.update(_samples(1.0))
     assert want["kl"] > 0 and got["kl"] == want["kl"] and got["loss"] == want["loss"]
+
+
+def test_min_update_length_fixes_the_width_of_every_update():
+    learner = Learner(tiny_decoder(0), RLConfig(lr=1e-2, min_update_length=200, pack_sequences=True), verbose=False)
+    out = learner.update(_samples(1.0))
+    assert (out["update/rows"], out["update/length"]) == (1, 256)  # four 10-token samples in one row
+    with pytest.raises(ValueError, match="min_update_length"):
+        RLConfig(min_update_length=0)
