@@ -15,8 +15,6 @@ def cache_root() -> str | None:
 
 # A compile shorter than this is not worth a file (XLA's own default is 1 s).
 MIN_CACHED_COMPILE_SECONDS = 2.0
-# Least recently used programs are dropped beyond this (an update of SmolLM2 is tens of MB).
-MAX_CACHE_BYTES = 4 << 30
 
 
 def enable_compilation_cache() -> str | None:
@@ -34,5 +32,7 @@ def enable_compilation_cache() -> str | None:
     path = os.path.join(root, "xla")
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_CACHED_COMPILE_SECONDS)
-    jax.config.update("jax_compilation_cache_max_size", MAX_CACHE_BYTES)
+    # No size bound: JAX's least-recently-used eviction (jax_compilation_cache_max_size) fails every
+    # write in a folder holding entries written without it (their access-time files are missing), so
+    # the update was never cached (2026-12-05). The folder can be deleted at any time.
     return path
