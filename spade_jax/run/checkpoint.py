@@ -8,6 +8,7 @@ intact checkpoint is restored when later ones are damaged (they are moved aside,
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -179,7 +180,10 @@ class Checkpointer:
             STATE_ITEM: ocp.args.StandardSave(_state_tree(state)),
             TRAINER_ITEM: ocp.args.JsonSave(trainer or {}),
         })
-        started = self._manager.save(int(step), args=args, force=force)
+        try:
+            started = self._manager.save(int(step), args=args, force=force)  # waits for the save before it
+        except Exception as err:
+            raise self._write_error(err) from err
         if started:
             self._undigested.append(int(step))
         return started
@@ -274,8 +278,25 @@ class Checkpointer:
 
     def wait(self) -> None:
         """Blocks until the asynchronous save in flight (if any) is on disk, with its digest."""
-        self._manager.wait_until_finished()
+        try:
+            self._manager.wait_until_finished()
+        except Exception as err:
+            raise self._write_error(err) from err
         self._digest_finished_saves(block=True)
+
+    def _write_error(self, err: Exception) -> CheckpointError:
+        """One line for a save that failed (orbax reports a full disk as a ValueError many lines long)."""
+        text = str(err)
+        if (isinstance(err, OSError) and err.errno == errno.ENOSPC) or "No space left on device" in text:
+            reason = "no space left on device"
+        else:
+            reason = text.splitlines()[0] if text else type(err).__name__
+        failed = self._undigested[-1:]  # the save in flight
+        kept = [s for s in self._manager.all_steps() if s not in failed]
+        return CheckpointError(
+            f"cannot write a checkpoint in {self.directory}: {reason}; the complete checkpoints "
+            f"({', '.join(map(str, kept)) or 'none'}) are kept: free space, then continue with --resume"
+        )
 
     def close(self) -> None:
         self.wait()

@@ -245,3 +245,26 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
     after_resume = got[5:]
     assert after_resume == want[resumed_from:]  # bit-identical metrics and RNG after the resume
     shutil.rmtree(tmp_path)
+
+
+def test_a_full_disk_is_one_line_naming_the_checkpoints_kept(trained, tmp_path, monkeypatch):
+    _, _, state = trained
+    with Checkpointer(tmp_path, keep=None) as ckpt:
+        ckpt.save(1, state)
+        ckpt.wait()
+        ckpt.save(2, state)
+        real_wait = ckpt._manager.wait_until_finished
+        orbax_text = ('RESOURCE_EXHAUSTED: Error writing "opt_state.1.0.mu.embed/0.0" in OCDBT database: Failed to '
+                      "write 323923968 bytes to file 81: No space left on device [os_error_code='28']\n  more")
+
+        def full_disk():
+            real_wait()
+            raise ValueError(orbax_text)  # how orbax 0.12 reports ENOSPC from its async writer
+
+        monkeypatch.setattr(ckpt._manager, "wait_until_finished", full_disk)
+        with pytest.raises(CheckpointError) as raised:
+            ckpt.wait()
+        monkeypatch.setattr(ckpt._manager, "wait_until_finished", real_wait)
+    message = str(raised.value)
+    assert "\n" not in message and "no space left on device" in message
+    assert str(tmp_path) in message and "(1)" in message and "--resume" in message
