@@ -223,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=sorted(evaluation.SUITES) + sorted(evaluation.TOOL_SUITES) + [evaluation.TRAIN],
                         help="train: the games a run trains on (its library env_pool, or --env-pool) at fixed "
                              "seeds, not held out")
-    parser.add_argument("--env-pool", help="the train suite's 'library:...' pool (default for --run: the run's env_pool)")
+    parser.add_argument("--env-pool",
+                        help="the train suite's 'library:...' pool (default for --run: the run's env_pool)")
     parser.add_argument("--max-turns", type=int,
                         help="the train suite's turn cap (default for --run: the run's rollout.max_turns, else 25)")
     parser.add_argument("--episodes", type=int,
