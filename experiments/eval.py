@@ -14,6 +14,7 @@ import argparse
 import errno
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -267,8 +268,8 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("--env-pool and --max-turns apply to --suite train only")
         else:
             suite = evaluation.get_suite(args.suite, args.episodes)
-        if args.tasks:
-            suite = suite.only([t.strip() for t in args.tasks.split(",") if t.strip()])
+        if args.tasks:  # commas inside a lib: id's parentheses belong to the id
+            suite = suite.only([t.strip() for t in re.split(r",(?![^()]*\))", args.tasks) if t.strip()])
         if args.run and not Path(args.run).is_dir():
             raise UsageError(f"run directory {args.run} does not exist")
         out = Path(args.out) if args.out else (Path(args.run) / f"eval_{suite.name}.json" if args.run else None)

@@ -39,6 +39,7 @@ __all__ = [
     "RG_ANSWER_INSTRUCTION",
     "SUITES",
     "TOOL_SUITES",
+    "TRAIN",
     "DuplicateFlag",
     "EpisodeResult",
     "EvalReport",
@@ -54,8 +55,6 @@ __all__ = [
     "first_observation",
     "flag_duplicates",
     "get_suite",
-    "train_suite",
-    "TRAIN",
     "get_tool_suite",
     "load_category",
     "macro_interval",
@@ -64,5 +63,6 @@ __all__ = [
     "model_policy",
     "similarity",
     "tokens_policy",
+    "train_suite",
     "wilson_interval",
 ]

@@ -206,3 +206,20 @@ def test_eval_cli_broken_run_config_names_the_file(tmp_path, capsys, text, needl
     assert eval_cli.main(["--run", str(tmp_path), "--suite", "quick"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and str(config) in err and needle in err and err.count("\n") == 1, err
+
+
+def test_train_suite_tasks_keep_the_commas_of_their_constants(tmp_path, capsys):
+    import json
+
+    from experiments import eval as eval_cli
+
+    out = tmp_path / "train.json"
+    code = eval_cli.main(["--model", "tiny", "--suite", "train", "--episodes", "1", "--max-turns", "1",
+                          "--env-pool", "library:odd_one_out(ROUNDS=2, CHOICES=3), code_breaker",
+                          "--tasks", "lib:odd_one_out(ROUNDS=2,CHOICES=3)", "--max-new-tokens", "2",
+                          "--no-progress", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    report = json.loads(out.read_text())
+    assert [t["env_id"] for t in report["tasks"]] == ["lib:odd_one_out(ROUNDS=2,CHOICES=3)"]
+    assert eval_cli.main(["--model", "tiny", "--suite", "small", "--env-pool", "library:code_breaker"]) == 2
+    assert "--suite train only" in capsys.readouterr().err
