@@ -81,12 +81,10 @@ class _LibraryEnv:
     success is a terminal win (reward 1, not truncated)."""
 
     def __init__(self, env_id: str):
-        from spade_jax.envs.library import LIBRARY_POOL, library_program, parse_library_pool
+        from spade_jax.envs.library import LIBRARY_POOL, load_library_env, parse_library_pool
 
         (entry,) = parse_library_pool(LIBRARY_POOL + env_id.split(":", 1)[1])
-        namespace: dict[str, Any] = {"__name__": f"library_{entry.name}"}
-        exec(compile(entry.source(), f"<library {entry.name}>", "exec"), namespace)
-        self._env = namespace[library_program(entry.name).class_name]()
+        self._env = load_library_env(entry.name, entry.source())
 
     def reset(self, seed: int) -> str:
         obs, _ = self._env.reset(seed=seed)

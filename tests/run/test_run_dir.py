@@ -164,7 +164,7 @@ def test_sigint_then_the_printed_command_resumes_the_run(tmp_path):
     """Ctrl-C during a tiny run; the printed command (no --config) continues it with the run's own
     config, from the newest intact checkpoint after the latest one is damaged."""
     out = tmp_path / "run"
-    # Without the suite's persistent XLA cache (conftest.py), as a run outside the tests.
+    # Without the suite's XLA cache settings (conftest.py): the run keeps its own, as outside the tests.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))}
     env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.Popen(

@@ -182,14 +182,15 @@ def parse_library_pool(env_pool: str) -> list[PoolEntry]:
     return entries
 
 
-def load_library_env(name: str):
+def load_library_env(name: str, source: str | None = None):
     """Executes the program in-process (trusted code; a tool-use one on the ToolEnv runtime) and returns a
-    fresh, un-reset instance of its class."""
+    fresh, un-reset instance of its class. `source`: its text with other constants (`PoolEntry.source`)."""
     program = library_program(name)
+    source = program.source if source is None else source
     if program.domain == "tool_use":
         from spade_jax.envs.tool_use import load_in_process
 
-        return load_in_process(program.source, program.class_name, f"spade_library_{program.name}")()
+        return load_in_process(source, program.class_name, f"spade_library_{program.name}")()
     namespace: dict = {"__name__": f"spade_library_{program.name}"}
-    exec(compile(program.source, str(program.path), "exec"), namespace)
+    exec(compile(source, str(program.path), "exec"), namespace)
     return namespace[program.class_name]()
