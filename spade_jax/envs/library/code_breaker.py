@@ -82,8 +82,8 @@ class CodeBreakerEnv:
         return (
             f"{message}\nLast guess: {last} (exact {self.last_exact}, near {self.last_near}). "
             f"Guesses used: {self.guesses}/{self.MAX_GUESSES}. Turn {self.turn}/{self.MAX_TURNS}.\n"
-            f"Actions: \\boxed{{{''.join(str(1 + i % self.DIGITS) for i in range(self.LENGTH))}}} guesses a code "
-            f"({self.LENGTH} digits 1..{self.DIGITS})."
+            f"Actions: \\boxed{{g}} guesses the code g ({self.LENGTH} digits 1..{self.DIGITS}); "
+            f"for example \\boxed{{{''.join(str(1 + (i + self.turn) % self.DIGITS) for i in range(self.LENGTH))}}}."
         )
 
     def _parse(self, action):

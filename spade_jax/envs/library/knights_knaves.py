@@ -54,8 +54,10 @@ class KnightsKnavesEnv:
             return self._observe(f"Wrong; the truth was {self._truth()}. You lose."), reward, True, False, {}
         else:
             message = (
-                "Invalid action (turn lost): ask with two digits, e.g. \\boxed{12} (questions left) or answer "
-                f"with \\boxed{{...}}: {self.PEOPLE} digits, 1 = knight and 2 = knave."
+                "Invalid action (turn lost): write digits, not letters: for example \\boxed{12} asks person 1 "
+                "about person 2 (questions left) and "
+                f"\\boxed{{{''.join(str(1 + p % 2) for p in range(self.PEOPLE))}}} answers ({self.PEOPLE} digits, "
+                "1 = knight and 2 = knave)."
             )
         if self.turn >= self.MAX_TURNS:
             self.done = True
@@ -91,9 +93,10 @@ class KnightsKnavesEnv:
             f"{message}\nKnights: exactly {self.count} of {self.PEOPLE}. "
             f"Answers so far: {heard if self.asked > 0 else 'none'}. "
             f"Questions left: {self.QUESTIONS - self.asked}. Turn {self.turn}/{self.MAX_TURNS}.\n"
-            "Actions: \\boxed{12} asks person 1 whether person 2 is a knight; "
-            f"\\boxed{{{''.join(str(1 + p % 2) for p in range(self.PEOPLE))}}} answers with {self.PEOPLE} digits, "
-            "the k-th for person k (1 = knight, 2 = knave)."
+            "Actions: \\boxed{ij} asks person i whether person j is a knight; "
+            f"\\boxed{{a}} answers with a of {self.PEOPLE} digits, the k-th for person k (1 = knight, 2 = knave). "
+            f"For example \\boxed{{{1 + self.turn % self.PEOPLE}{1 + (self.turn + 1) % self.PEOPLE}}} or "
+            f"\\boxed{{{''.join(str(1 + (p + self.turn) % 2) for p in range(self.PEOPLE))}}}."
         )
 
     def _parse(self, action):

@@ -80,7 +80,8 @@ class ModularLockEnv:
             f"{message}\nDials: {' '.join(str(v) for v in self.dials)}. "
             f"Target: {' '.join(str(v) for v in self.target)}. "
             f"Presses used: {self.used}/{self.MAX_PRESSES}. Turn {self.turn}/{self.MAX_TURNS}.\n"
-            f"Buttons: {buttons}\nActions: \\boxed{{1}} presses button 1 (any of 1..{self.BUTTONS})."
+            f"Buttons: {buttons}\nActions: \\boxed{{b}} presses button b, a number 1..{self.BUTTONS}; "
+            f"for example \\boxed{{{1 + self.turn % self.BUTTONS}}}."
         )
 
     def _parse(self, action):

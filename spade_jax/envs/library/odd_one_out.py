@@ -114,7 +114,8 @@ class OddOneOutEnv:
         return (
             f"{message}\nRound {current + 1}/{self.ROUNDS}: {shown}\n"
             f"Lives: {self.lives}. Turn {self.turn}/{self.MAX_TURNS}.\n"
-            f"Actions: \\boxed{{1}} picks the number at position 1 (any of 1..{self.CHOICES})."
+            f"Actions: \\boxed{{p}} picks the number at position p, a number 1..{self.CHOICES}; "
+            f"for example \\boxed{{{1 + self.turn % self.CHOICES}}}."
         )
 
     def _parse(self, action):

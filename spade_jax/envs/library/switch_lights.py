@@ -58,8 +58,10 @@ class SwitchLightsEnv:
             return self._observe(f"Wrong; the wiring was {self._answer()}. You lose."), reward, True, False, {}
         else:
             message = (
-                f"Invalid action (turn lost): \\boxed{{...}} with {self.COUNT} binary digits sets the switches "
-                f"(experiments left: {self.EXPERIMENTS - self.used}); digits 1..{self.COUNT} each once answer."
+                f"Invalid action (turn lost): write digits, not letters: for example "
+                f"\\boxed{{{''.join(str((s + 1) % 2) for s in range(self.COUNT))}}} sets the switches "
+                f"(experiments left: {self.EXPERIMENTS - self.used}) and "
+                f"\\boxed{{{''.join(str(self.COUNT - j) for j in range(self.COUNT))}}} answers."
             )
         if self.turn >= self.MAX_TURNS:
             self.done = True
@@ -91,10 +93,11 @@ class SwitchLightsEnv:
         return (
             f"{message}\nObservations: {log}\nExperiments left: {self.EXPERIMENTS - self.used}. "
             f"Turn {self.turn}/{self.MAX_TURNS}.\n"
-            f"Actions: \\boxed{{{''.join(str((s + 1) % 2) for s in range(self.COUNT))}}} sets switches "
-            f"1..{self.COUNT} (1 = on) and shows the lights; "
-            f"\\boxed{{{''.join(str(self.COUNT - j) for j in range(self.COUNT))}}} answers: the k-th digit "
-            "is the switch driving light k."
+            f"Actions: \\boxed{{s}} with s {self.COUNT} binary digits sets switches 1..{self.COUNT} (1 = on) "
+            f"and shows the lights; \\boxed{{a}} with a the digits 1..{self.COUNT}, each once, answers: the "
+            "k-th digit is the switch driving light k. For example "
+            f"\\boxed{{{''.join(str((s + self.turn) % 2) for s in range(self.COUNT))}}} or "
+            f"\\boxed{{{''.join(str(1 + (j + self.turn) % self.COUNT) for j in range(self.COUNT))}}}."
         )
 
     def _parse(self, action):

@@ -85,7 +85,8 @@ class TargetNumberEnv:
         return (
             f"{message}\nValue: {self.value}. Target: {self.target}. "
             f"Operations used: {self.moves}/{self.MAX_MOVES}. Turn {self.turn}/{self.MAX_TURNS}.\n"
-            f"Actions: \\boxed{{add}} (+{self.add}), \\boxed{{sub}} (-{self.sub}), \\boxed{{mul}} (x{self.mul})."
+            f"Actions: \\boxed{{op}} with op one of add (+{self.add}), sub (-{self.sub}) or mul (x{self.mul}); "
+            f"for example \\boxed{{{'add' if self.turn % 3 == 0 else ('sub' if self.turn % 3 == 1 else 'mul')}}}."
         )
 
     def _parse(self, action):

@@ -67,7 +67,7 @@ def test_template_is_readable():
     program = library_program("target_number")
     env = transpile(program.source, program.class_name)
     tpl = env.template_text(1)
-    assert "Value: {i" in tpl and "Actions: \\boxed{add}" in tpl
+    assert "Value: {i" in tpl and "Actions: \\boxed{op}" in tpl
 
 
 def test_state_outside_support_is_rejected():
