@@ -24,6 +24,7 @@ class EpisodeResult:
     total_reward: float  # sum of step rewards
     final_reward: float  # last step reward (0 when no step ran)
     error: str | None = None  # env crash, if any (the episode counts as failed)
+    replies: tuple[str, ...] = ()  # the agent's replies, in order (what a score alone cannot show)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +120,7 @@ def evaluate(
     results = tuple(
         EpisodeResult(
             task.env_id, episode_seed, episode.success, len(traj.actions), float(sum(traj.rewards)),
-            float(traj.rewards[-1]) if traj.rewards else 0.0, episode.error,
+            float(traj.rewards[-1]) if traj.rewards else 0.0, episode.error, tuple(traj.actions),
         )
         for (task, episode_seed), episode, traj in zip(plan, episodes, trajectories)
     )

@@ -3,6 +3,8 @@ and the policy's reply count, played through the training loop."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from eval_testing import _hanoi, _oracle_answers, _scripted_policy
 
@@ -52,6 +54,10 @@ def test_turn_cap_partial_plan_and_wrong_answers_fail():
     hanoi, countdown = report.tasks
     assert (hanoi.successes, hanoi.mean_turns) == (0, 5)
     assert countdown.successes == 0 and countdown.mean_turns == 1
+    # each episode keeps the agent's replies, so a failure can be read, not only counted
+    assert [e.replies for e in report.episodes if e.env_id == "rg:countdown"] == [("\\boxed{1+1}",)] * 2
+    assert all(len(e.replies) == e.turns == 5 for e in report.episodes if "Hanoi" in e.env_id)
+    assert json.loads(report.to_json())["episodes"][-1]["replies"] == ["\\boxed{1+1}"]
 
 
 

@@ -87,9 +87,10 @@ class CausalChainEnv:
         return (
             f"{message}\nInterventions so far (values of X1..X{self.VARS}): {log if self.used > 0 else 'none'}. "
             f"Interventions left: {self.INTERVENTIONS - self.used}. Turn {self.turn}/{self.MAX_TURNS}.\n"
-            f"Actions: \\boxed{{1}} sets variable 1 to 1 (any of 1..{self.VARS}); "
-            f"\\boxed{{{''.join(str(self.VARS - i) for i in range(self.CHAIN))}}} names a chain of {self.CHAIN} "
-            "from its root to its end."
+            f"Actions: \\boxed{{v}} sets variable v to 1 (v a number 1..{self.VARS}); \\boxed{{c}} names a chain "
+            f"c of {self.CHAIN} variable numbers from its root to its end. For example "
+            f"\\boxed{{{1 + self.turn % self.VARS}}} or "
+            f"\\boxed{{{''.join(str(1 + (self.VARS - 1 - i + self.turn) % self.VARS) for i in range(self.CHAIN))}}}."
         )
 
     def _parse(self, action):

@@ -102,8 +102,8 @@ class DeliveryRouteEnv:
             f"{message}\nDistances in km to towns 0..{self.TOWNS}:\n{table}\n"
             f"You are at town {self.at}. Driven: {self.length} km. "
             f"Towns left: {'none, return to 0' if all(self.visited) else left}. Turn {self.turn}/{self.MAX_TURNS}.\n"
-            "Actions: \\boxed{1} drives to town 1 (any town not yet visited); \\boxed{0} returns to the depot at the "
-            "end."
+            "Actions: \\boxed{t} drives to town t (a town not yet visited); \\boxed{0} returns to the depot at the "
+            f"end. For example \\boxed{{{1 + self.turn % self.TOWNS}}}."
         )
 
     def _parse(self, action):

@@ -80,7 +80,8 @@ class KnapsackEnv:
         return (
             f"{message}\nItems:\n{items}\nBag: weight {self.load}/{self.capacity}, value {self.total}. "
             f"Turn {self.turn}/{self.MAX_TURNS}.\n"
-            f"Actions: \\boxed{{1}} packs item 1 (any of 1..{self.ITEMS}); \\boxed{{done}} finishes."
+            f"Actions: \\boxed{{i}} packs item i (a number 1..{self.ITEMS}); \\boxed{{done}} finishes. "
+            f"For example \\boxed{{{1 + self.turn % self.ITEMS}}}."
         )
 
     def _parse(self, action):

@@ -84,7 +84,7 @@ class SequenceRuleEnv:
         return (
             f"{message}\nSequence so far: {seen}, ?\nLives: {self.lives}. "
             f"Terms left to predict: {self.SHOWN + self.ROUNDS - self.known}. Turn {self.turn}/{self.MAX_TURNS}.\n"
-            "Actions: \\boxed{42} predicts that the next term is 42 (any integer)."
+            "Actions: \\boxed{n} predicts that the next term is the integer n; for example \\boxed{42}."
         )
 
     def _parse(self, action):
