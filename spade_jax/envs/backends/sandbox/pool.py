@@ -30,6 +30,32 @@ from spade_jax.envs.backends.sandbox.proxy import SandboxEnv
 log = logging.getLogger("spade_jax.envs.backends.sandbox")
 
 
+def _others_can_read(path: str) -> bool:
+    """Can a process of another uid, in no group of ours, read `path`? Each folder above it
+    needs the others' search bit, and `path` their read and search bits."""
+    path = os.path.realpath(path)
+    if (os.stat(path).st_mode & 0o005) != 0o005:
+        return False
+    parent = os.path.dirname(path)
+    while True:
+        if not os.stat(parent).st_mode & 0o001:
+            return False
+        if parent == os.path.dirname(parent):
+            return True
+        parent = os.path.dirname(parent)
+
+
+def _copy_readable(src: str, dst: str) -> None:
+    """Copy a package tree so that any uid can read it (the source's own modes may be private)."""
+    shutil.copytree(src, dst, symlinks=True, copy_function=shutil.copyfile)
+    for folder, dirs, files in os.walk(dst):
+        os.chmod(folder, 0o755)
+        for name in files:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o644)
+
+
 class SandboxPool:
     """Long-lived sandbox workers: `workers` idle ones are kept started, each load() takes one
     and gives it one program; a worker that timed out or crashed is killed, and a fresh idle
@@ -65,7 +91,13 @@ class SandboxPool:
         self.site_dir = os.path.join(self.tmpdir, "site")
         os.mkdir(self.site_dir)
         for d in _numpy_dirs():
-            os.symlink(d, os.path.join(self.site_dir, os.path.basename(d)))
+            link = os.path.join(self.site_dir, os.path.basename(d))
+            if self.backend != "bwrap" and self.setpriv and not _others_can_read(d):
+                # The worker's dropped uid cannot reach numpy under a private folder (a venv
+                # below a 0700 home or `mktemp -d`); bwrap binds it instead, here we copy it.
+                _copy_readable(d, link)
+            else:
+                os.symlink(d, link)
         self.bwrap_args = (
             _bwrap_base(self.python, prefix, _numpy_dirs(), os.geteuid() == 0) if self.backend == "bwrap" else []
         )

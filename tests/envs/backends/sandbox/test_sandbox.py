@@ -292,6 +292,34 @@ def test_unshare_backend_without_seccomp_still_runs_and_blocks_threads():
         env.close()
 
 
+@pytest.mark.skipif(not shutil.which("unshare") or os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="needs unshare, and root for the uid drop")
+def test_unshare_worker_imports_numpy_that_sits_under_a_private_folder(tmp_path, monkeypatch):
+    """A venv below a 0700 folder (a home, `mktemp -d`): the worker's dropped uid cannot reach it
+    (ModuleNotFoundError in the sandbox before the fix); the pool hands the worker its own copy."""
+    import spade_jax.envs.backends.sandbox.pool as pool_module
+
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    moved = tuple(shutil.copytree(d, private / os.path.basename(d)) for d in pool_module._numpy_dirs())
+    os.chmod(private, 0o700)
+    monkeypatch.setattr(pool_module, "_numpy_dirs", lambda: tuple(map(str, moved)))
+    config = SandboxConfig(workers=0, isolation="unshare", seccomp=False, call_timeout_s=20.0)
+    try:
+        pool = SandboxPool(config)
+    except SandboxUnavailable:
+        pytest.skip("unshare cannot create namespaces here")
+    with pool:
+        env = pool.load(
+            "import numpy as np\nclass NEnv:\n    def reset(self, seed=None):\n"
+            "        return str(int(np.arange(5).sum())), {}\n"
+            "    def step(self, a):\n        return 'x', 0.0, True, False, {}\n",
+            "NEnv",
+        )
+        assert env.reset(seed=0)[0] == "10"
+        env.close()
+
+
 def test_forgotten_env_is_killed_when_collected(pool):
     import gc
 
