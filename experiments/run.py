@@ -45,7 +45,9 @@ def run(config, out: Path, *, resume: bool = False, config_name: str | None = No
 
         distributed.initialize()  # first: which process leads decides who writes the run directory
 
-    with RunDir(out, resume=resume, config_name=config_name, overrides=overrides) as run_dir:
+    from spade_jax.run.interrupt import remember_interrupts
+
+    with remember_interrupts(), RunDir(out, resume=resume, config_name=config_name, overrides=overrides) as run_dir:
         _run_locked(config, run_dir)
     return out
 
@@ -63,6 +65,7 @@ def _run_locked(config, run_dir) -> None:
     from spade_jax.run import FollowerLogger, PhaseTimer, RunLogger, setup_logging
     from spade_jax.run.budget import TRAIN_SECONDS, Budget, spent_seconds
     from spade_jax.run.checkpoint import Checkpointer
+    from spade_jax.run.interrupt import raise_if_interrupted
     from spade_jax.run.memory import memory_metrics, release_free_memory
     from spade_jax.selfplay import SelfPlay
 
@@ -121,6 +124,7 @@ def _run_locked(config, run_dir) -> None:
         with logger:
             stop = budget.exhausted
             while selfplay.iteration < config.iterations and not stop:
+                raise_if_interrupted()  # the last iteration is saved; a Ctrl-C dropped during it stops here
                 iteration = selfplay.iteration
                 started = time.perf_counter()
                 metrics = selfplay.step()
