@@ -91,6 +91,7 @@ class CausalChainEnv:
             f"c of {self.CHAIN} variable numbers from its root to its end. For example "
             f"\\boxed{{{1 + self.turn % self.VARS}}} or "
             f"\\boxed{{{''.join(str(1 + (self.VARS - 1 - i + self.turn) % self.VARS) for i in range(self.CHAIN))}}}."
+            "\nWrite your action inside \\boxed{...}."
         )
 
     def _parse(self, action):

@@ -84,6 +84,7 @@ class CodeBreakerEnv:
             f"Guesses used: {self.guesses}/{self.MAX_GUESSES}. Turn {self.turn}/{self.MAX_TURNS}.\n"
             f"Actions: \\boxed{{g}} guesses the code g ({self.LENGTH} digits 1..{self.DIGITS}); "
             f"for example \\boxed{{{''.join(str(1 + (i + self.turn) % self.DIGITS) for i in range(self.LENGTH))}}}."
+            "\nWrite your action inside \\boxed{...}."
         )
 
     def _parse(self, action):

@@ -104,6 +104,7 @@ class DeliveryRouteEnv:
             f"Towns left: {'none, return to 0' if all(self.visited) else left}. Turn {self.turn}/{self.MAX_TURNS}.\n"
             "Actions: \\boxed{t} drives to town t (a town not yet visited); \\boxed{0} returns to the depot at the "
             f"end. For example \\boxed{{{1 + self.turn % self.TOWNS}}}."
+            "\nWrite your action inside \\boxed{...}."
         )
 
     def _parse(self, action):

@@ -109,6 +109,7 @@ class GridMazeEnv:
             f"{message}\n{rows}\nYou are at row {self.row + 1}, column {self.col + 1}. "
             f"Moves used: {self.moves}/{self.MAX_MOVES}. Turn {self.turn}/{self.MAX_TURNS}.\n"
             "Actions: \\boxed{up}, \\boxed{down}, \\boxed{left}, \\boxed{right}."
+            "\nWrite your action inside \\boxed{...}."
         )
 
     def _parse(self, action):

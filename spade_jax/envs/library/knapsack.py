@@ -82,6 +82,7 @@ class KnapsackEnv:
             f"Turn {self.turn}/{self.MAX_TURNS}.\n"
             f"Actions: \\boxed{{i}} packs item i (a number 1..{self.ITEMS}); \\boxed{{done}} finishes. "
             f"For example \\boxed{{{1 + self.turn % self.ITEMS}}}."
+            "\nWrite your action inside \\boxed{...}."
         )
 
     def _parse(self, action):

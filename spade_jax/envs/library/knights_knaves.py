@@ -97,6 +97,7 @@ class KnightsKnavesEnv:
             f"\\boxed{{a}} answers with a of {self.PEOPLE} digits, the k-th for person k (1 = knight, 2 = knave). "
             f"For example \\boxed{{{1 + self.turn % self.PEOPLE}{1 + (self.turn + 1) % self.PEOPLE}}} or "
             f"\\boxed{{{''.join(str(1 + (p + self.turn) % 2) for p in range(self.PEOPLE))}}}."
+            "\nWrite your action inside \\boxed{...}."
         )
 
     def _parse(self, action):

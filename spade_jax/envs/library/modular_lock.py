@@ -82,6 +82,7 @@ class ModularLockEnv:
             f"Presses used: {self.used}/{self.MAX_PRESSES}. Turn {self.turn}/{self.MAX_TURNS}.\n"
             f"Buttons: {buttons}\nActions: \\boxed{{b}} presses button b, a number 1..{self.BUTTONS}; "
             f"for example \\boxed{{{1 + self.turn % self.BUTTONS}}}."
+            "\nWrite your action inside \\boxed{...}."
         )
 
     def _parse(self, action):

@@ -116,6 +116,7 @@ class OddOneOutEnv:
             f"Lives: {self.lives}. Turn {self.turn}/{self.MAX_TURNS}.\n"
             f"Actions: \\boxed{{p}} picks the number at position p, a number 1..{self.CHOICES}; "
             f"for example \\boxed{{{1 + self.turn % self.CHOICES}}}."
+            "\nWrite your action inside \\boxed{...}."
         )
 
     def _parse(self, action):

@@ -85,6 +85,7 @@ class SequenceRuleEnv:
             f"{message}\nSequence so far: {seen}, ?\nLives: {self.lives}. "
             f"Terms left to predict: {self.SHOWN + self.ROUNDS - self.known}. Turn {self.turn}/{self.MAX_TURNS}.\n"
             "Actions: \\boxed{n} predicts that the next term is the integer n; for example \\boxed{42}."
+            "\nWrite your action inside \\boxed{...}."
         )
 
     def _parse(self, action):

@@ -105,6 +105,7 @@ class SlidingPuzzleEnv:
         return (
             f"{message}\n{rows}\nMoves used: {self.moves}/{self.MAX_MOVES}. Turn {self.turn}/{self.MAX_TURNS}.\n"
             "Actions: \\boxed{up}, \\boxed{down}, \\boxed{left}, \\boxed{right} move the gap."
+            "\nWrite your action inside \\boxed{...}."
         )
 
     def _parse(self, action):

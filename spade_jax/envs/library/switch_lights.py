@@ -98,6 +98,7 @@ class SwitchLightsEnv:
             "k-th digit is the switch driving light k. For example "
             f"\\boxed{{{''.join(str((s + self.turn) % 2) for s in range(self.COUNT))}}} or "
             f"\\boxed{{{''.join(str(1 + (j + self.turn) % self.COUNT) for j in range(self.COUNT))}}}."
+            "\nWrite your action inside \\boxed{...}."
         )
 
     def _parse(self, action):

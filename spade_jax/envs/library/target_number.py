@@ -87,6 +87,7 @@ class TargetNumberEnv:
             f"Operations used: {self.moves}/{self.MAX_MOVES}. Turn {self.turn}/{self.MAX_TURNS}.\n"
             f"Actions: \\boxed{{op}} with op one of add (+{self.add}), sub (-{self.sub}) or mul (x{self.mul}); "
             f"for example \\boxed{{{'add' if self.turn % 3 == 0 else ('sub' if self.turn % 3 == 1 else 'mul')}}}."
+            "\nWrite your action inside \\boxed{...}."
         )
 
     def _parse(self, action):
