@@ -251,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     from spade_jax.cache import enable_compilation_cache
     from spade_jax.rollout import AGENT_SYSTEM
     from spade_jax.run import setup_logging
+    from spade_jax.run.interrupt import remember_interrupts
 
     setup_logging(None, "WARNING")
     if args.suite in evaluation.TOOL_SUITES:
@@ -281,10 +282,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
 
-    report = evaluation.evaluate(
-        policy, suite, seed=args.seed, batch_size=args.batch_size, progress=not args.no_progress,
-        system_prompt=AGENT_SYSTEM,
-    )
+    with remember_interrupts():  # a Ctrl-C dropped in a gc callback still stops the plays at their next turn
+        report = evaluation.evaluate(
+            policy, suite, seed=args.seed, batch_size=args.batch_size, progress=not args.no_progress,
+            system_prompt=AGENT_SYSTEM,
+        )
     result = {"source": source, **report.to_dict()}
     print(report.format_table())
     if args.run and suite.name != evaluation.TRAIN:  # the train suite is the run's own games

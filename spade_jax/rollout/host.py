@@ -14,6 +14,7 @@ from spade_jax.rollout.chat import ChatStream, Tokenizer, with_hint
 from spade_jax.rollout.config import RolloutConfig
 from spade_jax.rollout.tool_calls import parse_tool_calls
 from spade_jax.rollout.trajectory import Trajectory, clip_to_context, end_on_env_error
+from spade_jax.run.interrupt import raise_if_interrupted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +105,7 @@ def play_episodes(
             live = [i for i in live if not trajectories[i].cut_by_context]
             if not live:
                 break
+            raise_if_interrupted()  # a turn's start is a safe place to stop (plays keep nothing)
             replies = generate([trajectories[i].tokens for i in live])
             actions = []
             for i, reply in zip(live, replies):

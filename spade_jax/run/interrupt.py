@@ -4,8 +4,8 @@ Python runs a signal handler at the next bytecode of the main thread, and that m
 garbage-collector callback (JAX registers one); an exception raised there is printed as "Exception
 ignored in: <function _xla_gc_callback ...>" and dropped, so the run would go on as if Ctrl-C had never
 been pressed (seen in CI, 2026-12-05). `remember_interrupts()` keeps the usual KeyboardInterrupt and
-records each SIGINT as well; `raise_if_interrupted()`, called where stopping is safe, raises the one
-that was dropped.
+records each SIGINT as well; `raise_if_interrupted()`, called where stopping is safe (the start of a run's
+iteration and of a play's turn), raises the one that was dropped.
 """
 
 from __future__ import annotations

@@ -203,3 +203,27 @@ def test_a_reply_prefix_is_forced_into_the_stream_and_starts_every_action(tokeni
                             format_observation=lambda obs, hint: obs)
     assert traj.won and traj.actions == ["\\boxed{" + a for a in plan]
     assert sum(traj.loss_mask) == sum(len(_reply(tokenizer, a)) for a in plan)  # the prefix carries no loss
+
+
+def test_a_ctrl_c_dropped_during_a_turn_stops_the_plays_before_the_next(tokenizer, monkeypatch):
+    import signal
+    import sys
+
+    from spade_jax.run.interrupt import remember_interrupts
+
+    class DropsItsErrors:  # Python ignores an exception raised in __del__, as in JAX's gc callback
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)
+
+    scripted = _Scripted(tokenizer, [["I am not sure"]])
+
+    def generate(prompts):
+        if scripted.turn == 1:
+            DropsItsErrors()
+        return scripted(prompts)
+
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: None)
+    with remember_interrupts(), pytest.raises(KeyboardInterrupt):
+        play_episodes([load_library_env("grid_maze")], [0], generate, tokenizer, RolloutConfig(max_turns=5),
+                      format_observation=lambda obs, hint: obs)
+    assert scripted.turn == 2  # the turn under way finished; no third one started
