@@ -48,7 +48,7 @@ def _others_can_read(path: str) -> bool:
 def _copy_readable(src: str, dst: str) -> None:
     """Copy a package tree so that any uid can read it (the source's own modes may be private)."""
     shutil.copytree(src, dst, symlinks=True, copy_function=shutil.copyfile)
-    for folder, dirs, files in os.walk(dst):
+    for folder, _subfolders, files in os.walk(dst):
         os.chmod(folder, 0o755)
         for name in files:
             path = os.path.join(folder, name)
