@@ -203,7 +203,10 @@ def _write_report(out: Path, text: str) -> None:
     """Writes whole or not at all: a temporary file beside `out`, renamed over it."""
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.fchmod(fd, 0o666 & ~umask)  # as an open() would make it (mkstemp's own mode is 0600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, out)

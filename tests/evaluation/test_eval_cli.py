@@ -3,6 +3,7 @@ lost, a run's latest checkpoint restored and its archive checked for duplicates.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -168,6 +169,9 @@ def test_eval_cli_writes_report_and_makes_missing_parents(tmp_path, capsys, monk
     assert report["source"] == {"model": "scripted"} and len(report["episodes"]) == 1
     assert f"wrote {out}" in capsys.readouterr().out
     assert sorted(p.name for p in out.parent.iterdir()) == ["report.json"]  # no temporary file left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # readable as any new file, not mkstemp's 0600
 
 
 
