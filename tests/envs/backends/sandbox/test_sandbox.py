@@ -268,14 +268,17 @@ def test_close_leaves_no_process():
         env.step("x")
 
 
-@pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare")
-def test_unshare_backend_without_seccomp_still_runs_and_blocks_threads():
-    config = SandboxConfig(workers=0, isolation="unshare", seccomp=False, call_timeout_s=5.0)
+def _unshare_pool(call_timeout_s: float) -> SandboxPool:
+    """A pool on the unshare backend without seccomp, or a skip where namespaces cannot be made."""
     try:
-        pool = SandboxPool(config)
+        return SandboxPool(SandboxConfig(workers=0, isolation="unshare", seccomp=False, call_timeout_s=call_timeout_s))
     except SandboxUnavailable:
         pytest.skip("unshare cannot create namespaces here")
-    with pool:
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare")
+def test_unshare_backend_without_seccomp_still_runs_and_blocks_threads():
+    with _unshare_pool(5.0) as pool:
         assert pool.backend == "unshare" and not pool.isolation["layers"]["filesystem"]
         env = pool.load(PROGRAM, "CounterEnv")
         assert env.reset(seed=3)[0] == reference_episode(3, [])[0]
@@ -304,12 +307,7 @@ def test_unshare_worker_imports_numpy_that_sits_under_a_private_folder(tmp_path,
     moved = tuple(shutil.copytree(d, private / os.path.basename(d)) for d in pool_module._numpy_dirs())
     os.chmod(private, 0o700)
     monkeypatch.setattr(pool_module, "_numpy_dirs", lambda: tuple(map(str, moved)))
-    config = SandboxConfig(workers=0, isolation="unshare", seccomp=False, call_timeout_s=20.0)
-    try:
-        pool = SandboxPool(config)
-    except SandboxUnavailable:
-        pytest.skip("unshare cannot create namespaces here")
-    with pool:
+    with _unshare_pool(20.0) as pool:
         env = pool.load(
             "import numpy as np\nclass NEnv:\n    def reset(self, seed=None):\n"
             "        return str(int(np.arange(5).sum())), {}\n"
