@@ -595,13 +595,18 @@ class SelfPlay:
                 d["prompt"] + d["tokens"], [0] * len(d["prompt"]) + [1] * len(d["tokens"]),
                 [0.0] * len(d["prompt"]) + list(d["logprobs"]), float(adv), DESIGNER, stale=True,
             ))
-        in_band = [c.band_low <= e.win_rate <= c.band_high for e in designed if e.valid]
         return samples, {
             "designer/scored": len(designed),
             "designer/score_mean": float(np.mean(scores)),
             "designer/advantage_abs_mean": float(np.mean(np.abs(advantages))),
-            "curriculum/in_band_share": float(np.mean(in_band)) if in_band else 0.0,
         }
+
+    def in_band_share(self, pool: list[PoolEnv]) -> float | None:
+        """The share of the designer's valid programs in `pool` whose agent win rate lies in the curriculum
+        band (None when it wrote none). It measures the pool, so a frozen designer's runs log it too."""
+        c = self.cfg.curriculum
+        in_band = [c.band_low <= e.win_rate <= c.band_high for e in pool if e.designer_sample is not None and e.valid]
+        return float(np.mean(in_band)) if in_band else None
 
     # -- one iteration ------------------------------------------------------------------------------
 
@@ -635,6 +640,8 @@ class SelfPlay:
         scored_pool = None  # the previous pool, whose window is over: its designer is scored this step
         if regen and self.pool:
             self.remember_pool()
+            if (share := self.in_band_share(self.pool)) is not None:
+                metrics["curriculum/in_band_share"] = share
             scored_pool = self.pool if cfg.train_designer else None
         if regen:
             pool, attempts = self.design_pool()  # timed as its "designer" (generation) and "validation" phases

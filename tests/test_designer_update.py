@@ -168,3 +168,23 @@ def test_stale_designer_rows_reach_the_update_with_their_tis_weights(tiny, tmp_p
     change = {k: float(after[k].mean() - before[k].mean()) for k in before}
     assert change["d1"] > 0 and change["d4"] > 0  # positively scored designs became more likely
     assert change["d2"] < 0 and change["d3"] < 0
+
+
+def test_in_band_share_is_logged_with_a_frozen_designer_too(tiny, tmp_path):
+    import dataclasses
+
+    config, loaded = tiny
+    # Window win rates (share of no-hint plays won, both iterations): d1 0.5, d2 0, d3 1, d4 0.5; the band
+    # is [0.4, 0.6], so 2 of the 4 valid designs are in it; the invalid d5 is not counted.
+    selfplay = _played_selfplay(config, loaded, tmp_path / "a", with_invalid=True)
+    assert selfplay.in_band_share(selfplay.pool) == pytest.approx(0.5)
+
+    frozen = dataclasses.replace(config, train_designer=False)
+    selfplay = _played_selfplay(frozen, loaded, tmp_path / "b", with_invalid=True)
+    selfplay.iteration = frozen.regen_interval  # the regeneration step that closes the pool's window
+    selfplay.design_pool = lambda: ([], [])  # no new pool, hints or plays: only the closing pool's metrics
+    selfplay.write_hints = lambda: None
+    selfplay.play = lambda hinted: []
+    _, metrics = selfplay.collect()
+    assert metrics["curriculum/in_band_share"] == pytest.approx(0.5)
+    assert "designer/scored" not in metrics  # a frozen designer is not scored
