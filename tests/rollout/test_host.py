@@ -205,7 +205,7 @@ def test_a_reply_prefix_is_forced_into_the_stream_and_starts_every_action(tokeni
     assert sum(traj.loss_mask) == sum(len(_reply(tokenizer, a)) for a in plan)  # the prefix carries no loss
 
 
-def test_a_ctrl_c_dropped_during_a_turn_stops_the_plays_before_the_next(tokenizer, monkeypatch):
+def test_a_ctrl_c_dropped_during_a_turn_stops_the_plays_before_the_next(tokenizer, monkeypatch, usual_sigint):
     import signal
     import sys
 

@@ -13,7 +13,7 @@ class _DropsItsErrors:
         signal.raise_signal(signal.SIGINT)
 
 
-def test_a_ctrl_c_dropped_in_a_callback_is_raised_at_the_next_safe_point(monkeypatch):
+def test_a_ctrl_c_dropped_in_a_callback_is_raised_at_the_next_safe_point(monkeypatch, usual_sigint):
     dropped = []
     monkeypatch.setattr(sys, "unraisablehook", dropped.append)
     with remember_interrupts():
@@ -25,7 +25,7 @@ def test_a_ctrl_c_dropped_in_a_callback_is_raised_at_the_next_safe_point(monkeyp
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_a_ctrl_c_that_arrives_raises_at_once_as_usual():
+def test_a_ctrl_c_that_arrives_raises_at_once_as_usual(usual_sigint):
     with remember_interrupts():
         with pytest.raises(KeyboardInterrupt):
             signal.raise_signal(signal.SIGINT)
