@@ -3,12 +3,16 @@ every environment (the baseline: how a sandbox-only stack would run the same ite
 share of our iteration that is model compute, against this CPU's measured matmul rate.
 
 python benchmarks/iteration.py [--config tiny|default|laptop] [--iterations N] [--out DIR]
-                               [--no-sandbox] [--async-staleness K] [key=value ...]
+                               [--no-sandbox] [--async-staleness K] [--baseline key=value ...] [key=value ...]
 
 With --out the two run directories are kept (DIR/auto, DIR/sandbox: metrics, envs, plots). One-iteration
 warm-up runs of both go first (not reported), so that neither measured run pays one-off jit
 compiles that the other would then reuse; programs first seen in a measured run still compile there.
 --no-sandbox skips the sandbox-forced runs (the phases are then compared with the matmul rate only).
+
+--baseline key=value (repeatable) compares the config as it is (its own backend, plus the positional
+overrides) against the same with these settings instead of the sandbox: what a knob buys, phase by phase,
+with the token rows each arm fed through the model.
 
 --async-staleness K compares asynchronous play instead (ours: `async_staleness=K`, the next iteration's
 rollouts sampled during the update; baseline: the synchronous loop, `async_staleness=0`), both with the
@@ -115,10 +119,14 @@ def main(argv=None) -> int:
     parser.add_argument("--no-sandbox", action="store_true", help="skip the sandbox-forced baseline runs")
     parser.add_argument("--async-staleness", type=int, default=None, metavar="K",
                         help="compare async_staleness=K against the synchronous loop instead")
+    parser.add_argument("--baseline", action="append", metavar="KEY=VALUE",
+                        help="the baseline is the config with this setting (repeatable) instead of the sandbox")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
     if args.async_staleness is not None:
         return compare_async(args)
+    if args.baseline:
+        return compare_settings(args)
     common = [f"iterations={args.iterations}", *args.overrides]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.out) if args.out else Path(tmp)
@@ -155,6 +163,31 @@ def main(argv=None) -> int:
     print(f"| whole iteration | {share['inference_s'] + share['train_s']:.1f} | {ours['total']:.1f} "
           f"| {share['total_share']:.1%} |")
     print(json.dumps({"ours": ours, "sandbox": base, "matmul_flops": rate, "share": share}))
+    return 0
+
+
+def compare_settings(args) -> int:
+    """The config as it is (ours) against the same with `--baseline` settings, same seeds."""
+    common = [f"iterations={args.iterations}", *args.overrides]
+    arms = {"ours": common, "baseline": [*common, *args.baseline]}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(args.out) if args.out else Path(tmp)
+        if not args.no_warmup:  # whole runs, as for --async-staleness: compiled programs are per process
+            for name, overrides in arms.items():
+                run_once(args.config, overrides, Path(tmp) / f"warmup-{name}")
+        runs = {name: run_once(args.config, overrides, root / name) for name, overrides in arms.items()}
+    ours, base = runs["ours"], runs["baseline"]
+    print(f"config {args.config}, {args.iterations} iterations, {' '.join(args.overrides) or 'no overrides'}; "
+          f"baseline: {' '.join(args.baseline)}")
+    print("| | ours | baseline | baseline / ours |")
+    print("|---|---|---|---|")
+    for phase in (*PHASES, "total"):
+        a, b = ours[phase], base[phase]
+        print(f"| {phase} (s) | {a:.1f} | {b:.1f} | {f'{b / a:.2f}x' if a > 0 else 'n/a'} |")
+    for key in ("tokens/prefill_rows", "tokens/decode_rows", "tokens/generated_tokens", "train_tokens"):
+        a, b = ours[key], base[key]
+        print(f"| {key} | {a} | {b} | {f'{b / a:.2f}x' if a > 0 else 'n/a'} |")
+    print(json.dumps({"ours": ours, "baseline": base}))
     return 0
 
 

@@ -6,7 +6,7 @@ seed) with ~12 loss tokens each (three 4-token replies at turn ends), micro_batc
 SmolLM2-135M with the laptop's model settings (remat, attention chunk 512, logprob chunk 128).
 
 python benchmarks/update_packing.py [--samples 32 --min-len 300 --max-len 1536
-    --variants old,loss_only,packed,packed_bf16]
+    --variants old,loss_only,packed,packed_bf16,packed_loss_only --baseline old]
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ VARIANTS = {
     "loss_only": (dict(score_loss_only=True), False),
     "packed": (dict(score_loss_only=False, pack_sequences=True), True),
     "packed_bf16": (dict(score_loss_only=False, pack_sequences=True, compute_dtype="bfloat16"), True),
+    "packed_loss_only": (dict(score_loss_only=True, pack_sequences=True), True),
 }
 
 
@@ -61,6 +62,7 @@ def main():
     ap.add_argument("--steps", type=int, default=1, help="timed updates per variant (after compiling)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}")
+    ap.add_argument("--baseline", default="old", help="the variant every other one is compared with")
     args = ap.parse_args()
 
     import jax
@@ -101,11 +103,11 @@ def main():
     summary = {"model": args.model, "backend": jax.default_backend(), "samples": args.samples,
                "real_tokens": tokens, "variants": results}
     print(json.dumps(summary, indent=1))
-    if "old" in results:
-        base = results["old"]["update_s"]
+    if args.baseline in results:
+        base = results[args.baseline]["update_s"]
         for name, r in results.items():
-            if name != "old":
-                print(f"{name}: {r['update_s']:.1f} s per update; old path {base:.1f} s; "
+            if name != args.baseline:
+                print(f"{name}: {r['update_s']:.1f} s per update; {args.baseline} {base:.1f} s; "
                       f"ratio {base / r['update_s']:.2f}x")
 
 
