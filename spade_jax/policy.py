@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from spade_jax.rl.collate import Sample, collate
+from spade_jax.rl.collate import Sample, collate, fill_micro_batches
 from spade_jax.rl.train import TrainingDiverged, make_train_step
 from spade_jax.sampling import Sampler, SamplingConfig
 
@@ -68,6 +68,12 @@ class Learner:
         if mesh is not None:
             shards = int(np.prod([mesh.shape[a] for a in ("data", "fsdp") if a in mesh.axis_names]))
         self.row_multiple = rl_config.micro_batches * shards
+        self._update_rows = rl_config.update_rows
+        if self._update_rows is not None and self._update_rows % self.row_multiple:
+            raise ValueError(
+                f"rl.update_rows ({self._update_rows}) must be a multiple of micro_batches x batch shards "
+                f"({rl_config.micro_batches} x {shards})"
+            )
         self.max_length = model.spec.max_position
         # Host-side counters (not checkpointed: a resumed run counts from 0 again).
         self.skipped_steps = 0  # non-finite steps skipped since this Learner was made
@@ -85,8 +91,10 @@ class Learner:
         batch = collate(
             samples, row_multiple=self.row_multiple, max_length=self.max_length,
             pad_id=getattr(self.model.spec, "pad_token_id", None) or 0, pack=self.cfg.pack_sequences,
-            min_length=self.cfg.min_update_length,
+            min_length=self.cfg.min_update_length, rows=self._update_rows,
         )
+        if self._update_rows is not None:
+            batch = fill_micro_batches(batch, self.cfg.micro_batches)
         self.state, metrics = self.train_step(self.state, batch, self.ref_params)
         out = {k: float(v) for k, v in metrics.items()}
         skipped = out["train/skipped"] > 0

@@ -37,9 +37,35 @@ def _row_bucket(n: int) -> int:
     return power * 3 // 4 if power >= 4 and power * 3 // 4 >= n else power
 
 
-def _bucket_rows(n: int, row_multiple: int) -> int:
-    """`row_multiple` times a row bucket (`_row_bucket`), at least `n` (and at least one multiple)."""
+def _bucket_rows(n: int, row_multiple: int, rows: int | None = None) -> int:
+    """`row_multiple` times a row bucket (`_row_bucket`), at least `n` (and at least one multiple); with
+    `rows` (a multiple of `row_multiple`), the smallest multiple of `rows` that holds `n`."""
+    if rows is not None:
+        if rows <= 0 or rows % row_multiple:
+            raise ValueError(f"rows must be a positive multiple of {row_multiple}, got {rows}")
+        return rows * -(-max(n, 1) // rows)
     return row_multiple * _row_bucket(-(-max(n, 1) // row_multiple))
+
+
+def fill_micro_batches(batch: TrainBatch, micro_batches: int) -> TrainBatch:
+    """The same rows reordered so that, dealt round-robin into `micro_batches` (row r to micro-batch
+    r % micro_batches, as the train step splits), the rows holding tokens fill the first micro-batches
+    and padding rows the last: micro-batches of padding only, which the step skips when
+    `RLConfig.update_rows` is set. Loss and gradients do not depend on the row order."""
+    has_tokens = np.asarray(batch.valid_bt).any(axis=1)
+    rows = len(has_tokens)
+    if rows % micro_batches:
+        raise ValueError(f"{rows} rows do not split into {micro_batches} micro-batches")
+    per_micro = rows // micro_batches
+    filled = np.argsort(~has_tokens, kind="stable")  # rows with tokens first, in their order
+    q = np.arange(rows)
+    order = np.empty(rows, np.int64)
+    order[(q % per_micro) * micro_batches + q // per_micro] = filled
+    return batch.replace(**{
+        field.name: np.asarray(value)[order]
+        for field in dataclasses.fields(batch)
+        if (value := getattr(batch, field.name)) is not None and np.ndim(value) >= 1
+    })
 
 
 def collate(
@@ -51,6 +77,7 @@ def collate(
     pad_id: int = 0,
     pack: bool = False,
     min_length: int | None = None,
+    rows: int | None = None,
 ) -> TrainBatch:
     """Right-pads every sample to a common bucketed length; extra rows are padding with no loss.
 
@@ -58,6 +85,7 @@ def collate(
     samples are packed first-fit decreasing into rows as wide as the unpacked batch's (the longest sample's
     bucketed length), so packing only removes rows. Rows are `row_multiple` times a row bucket. Rows are
     at least `min_length` wide (bucketed), whatever the batch's longest sample: one width for every batch.
+    With `rows`, the rows are a multiple of it (`RLConfig.update_rows`): one shape for every batch that fits.
     """
     if not samples:
         raise ValueError("collate needs at least one sample")
@@ -71,9 +99,9 @@ def collate(
         # As wide as the unpacked rows, not `max_length`: the Learner's max_length is the model's
         # position limit (8192 for SmolLM2), and rows that wide made the laptop's packed update
         # compile to 6.3 GiB of temporaries against 1.5 GiB unpacked (2026-12-05).
-        return _packed(samples, width, row_multiple, pad_id)
+        return _packed(samples, width, row_multiple, pad_id, rows)
     # Rows: a multiple of micro-batches x batch shards, as the train step needs.
-    rows = _bucket_rows(len(samples), row_multiple)
+    rows = _bucket_rows(len(samples), row_multiple, rows)
     tokens = np.full((rows, width), pad_id, np.int32)
     valid = np.zeros((rows, width), bool)
     loss = np.zeros((rows, width), bool)
@@ -104,7 +132,7 @@ def collate(
     ).check()
 
 
-def _packed(samples: list[Sample], width: int, row_multiple: int, pad_id: int) -> TrainBatch:
+def _packed(samples: list[Sample], width: int, row_multiple: int, pad_id: int, rows: int | None) -> TrainBatch:
     """First-fit decreasing into rows of `width`; per-token advantages, roles and staleness."""
     lengths = [min(len(s.tokens), width) for s in samples]
     fill: list[int] = []  # tokens used per row
@@ -117,7 +145,7 @@ def _packed(samples: list[Sample], width: int, row_multiple: int, pad_id: int) -
         placed.append((i, row, fill[row]))
         fill[row] += lengths[i]
     # a multiple of micro-batches x batch shards, as the train step needs
-    rows = _bucket_rows(len(fill), row_multiple)
+    rows = _bucket_rows(len(fill), row_multiple, rows)
     tokens = np.full((rows, width), pad_id, np.int32)
     positions = np.zeros((rows, width), np.int32)
     valid = np.zeros((rows, width), bool)

@@ -229,7 +229,9 @@ class TrainStep:
 
     def place_batch(self, batch: TrainBatch) -> TrainBatch:
         if self.cfg.score_loss_only and batch.score_index_bk is None:
-            batch = batch.replace(score_index_bk=score_index(batch.loss_mask_bt, batch.valid_bt))
+            # With update_rows, a fixed count of columns too (one shape): a quarter of the width.
+            least = 8 if self.cfg.update_rows is None else max(8, batch.tokens_bt.shape[1] // 4)
+            batch = batch.replace(score_index_bk=score_index(batch.loss_mask_bt, batch.valid_bt, least))
         elif not self.cfg.score_loss_only and batch.score_index_bk is not None:
             batch = batch.replace(score_index_bk=None)
         batch = prepare_batch(batch)
@@ -385,10 +387,19 @@ def make_train_step(
             if p_shardings is not None:
                 zero_grads = jax.lax.with_sharding_constraint(zero_grads, p_shardings)
 
+            def micro_step(micro_batch):
+                (_, mb_metrics), mb_grads = grad_fn(params, micro_batch, norm, ref_params)
+                return jax.tree.map(lambda g: g.astype(jnp.float32), mb_grads), mb_metrics
+
             def accumulate(carry, micro_batch):
                 grads_acc, metrics_acc = carry
-                (_, mb_metrics), mb_grads = grad_fn(params, micro_batch, norm, ref_params)
-                grads_acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grads_acc, mb_grads)
+                if cfg.update_rows is None:
+                    mb_grads, mb_metrics = micro_step(micro_batch)
+                else:  # a micro-batch of padding rows only (fill_micro_batches) is skipped: no compute
+                    mb_grads, mb_metrics = jax.lax.cond(
+                        jnp.any(micro_batch.valid_bt), micro_step, lambda _: (zero_grads, zero_metrics), micro_batch
+                    )
+                grads_acc = jax.tree.map(jnp.add, grads_acc, mb_grads)
                 return (grads_acc, jax.tree.map(jnp.add, metrics_acc, mb_metrics)), None
 
             (grads, metrics), _ = jax.lax.scan(accumulate, (zero_grads, zero_metrics), micro)

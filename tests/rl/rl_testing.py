@@ -1,5 +1,7 @@
 """Shared helpers for the RL tests: a tiny decoder with host-random weights (eager init is slow on CPU)."""
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
@@ -58,3 +60,13 @@ def make_train_batch(seed: int, batch: int = 8, length: int = 12, spec: ModelSpe
         role_b=role,
         is_stale_b=role.astype(bool),
     )
+
+
+def with_empty_rows(batch, rows):
+    """`batch` with rows of padding (no token, no loss) appended up to `rows`."""
+    def pad(x):
+        x = np.asarray(x)
+        return np.concatenate([x, np.zeros((rows - len(x),) + x.shape[1:], x.dtype)])
+
+    fields = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+    return batch.replace(**{name: pad(value) for name, value in fields.items() if value is not None})

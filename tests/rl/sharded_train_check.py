@@ -1,6 +1,7 @@
 """Subprocess body for test_train_step: on 8 CPU devices, a sharded (and micro-batched) step equals the
-unsharded one, with the KL's reference logprobs computed inside the step from reference params sharded
-like the policy's, and a checkpoint restores into the same shardings. Prints one JSON line with the differences.
+unsharded one (also with rl.update_rows: padded rows, their micro-batches skipped), with the KL's
+reference logprobs computed inside the step from reference params sharded like the policy's, and a
+checkpoint restores into the same shardings. Prints one JSON line with the differences.
 
 usage: sharded_train_check.py [CHECKPOINT_DIR]
 """
@@ -15,15 +16,17 @@ import jax
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from rl_testing import make_train_batch, tiny_decoder
+from rl_testing import make_train_batch, tiny_decoder, with_empty_rows
 
 from spade_jax.mesh import MeshConfig, make_mesh
 from spade_jax.rl import RLConfig, make_train_step
 
 
-def run(mesh, micro_batches, steps=2, checkpoint_dir=None):
+def run(mesh, micro_batches, steps=2, checkpoint_dir=None, update_rows=None):
+    from spade_jax.rl.collate import fill_micro_batches
+
     model = tiny_decoder(0)
-    cfg = RLConfig(lr=1e-2, adam_eps=1.0, micro_batches=micro_batches, kl_coef=0.01)
+    cfg = RLConfig(lr=1e-2, adam_eps=1.0, micro_batches=micro_batches, kl_coef=0.01, update_rows=update_rows)
     init, step = make_train_step(model, cfg, mesh, verbose=False)
     state = init(model)
     ref_params = step.reference_params(model)  # the starting weights: KL 0 at step 0, > 0 after
@@ -32,7 +35,10 @@ def run(mesh, micro_batches, steps=2, checkpoint_dir=None):
             assert p.sharding == r.sharding, (p.sharding, r.sharding)
     history = []
     for i in range(steps):
-        state, metrics = step(state, make_train_batch(i, batch=16), ref_params)
+        batch = make_train_batch(i, batch=16)
+        if update_rows:  # padded, the padding in micro-batches of its own (skipped by the step)
+            batch = fill_micro_batches(with_empty_rows(batch, update_rows), micro_batches)
+        state, metrics = step(state, batch, ref_params)
         history.append({k: float(v) for k, v in metrics.items()})
     if checkpoint_dir is not None:  # sharded save, then restore straight into the mesh shardings
         from spade_jax.run.checkpoint import Checkpointer
@@ -55,13 +61,19 @@ def main():
     mesh = make_mesh(MeshConfig(data=2, fsdp=2, tensor=2))
     plain_hist, plain_params, _ = run(None, 1)
     sharded_hist, sharded_params, specs = run(mesh, 2, checkpoint_dir=sys.argv[1] if len(sys.argv) > 1 else None)
-    param_diff = max(float(np.max(np.abs(a - b))) for a, b in
-                     zip(jax.tree.leaves(plain_params), jax.tree.leaves(sharded_params)))
-    metric_diff = max(abs(a[k] - b[k]) / max(1.0, abs(a[k]))
-                      for a, b in zip(plain_hist, sharded_hist) for k in a)
+    fixed_hist, fixed_params, _ = run(mesh, 4, update_rows=64)
+
+    def param_diff(params):
+        return max(float(np.max(np.abs(a - b))) for a, b in zip(jax.tree.leaves(plain_params), jax.tree.leaves(params)))
+
+    def metric_diff(history):
+        return max(abs(a[k] - b[k]) / max(1.0, abs(a[k])) for a, b in zip(plain_hist, history) for k in a)
+
     print(json.dumps({
-        "param_diff": param_diff,
-        "metric_diff": metric_diff,
+        "param_diff": param_diff(sharded_params),
+        "metric_diff": metric_diff(sharded_hist),
+        "fixed_rows_param_diff": param_diff(fixed_params),  # rl.update_rows: padded, skipped micro-batches
+        "fixed_rows_metric_diff": metric_diff(fixed_hist),
         "sharded_params": sum("fsdp" in s or "tensor" in s for s in specs),
         "loss": [h["loss"] for h in sharded_hist],
         "kl": [h["kl"] for h in sharded_hist],

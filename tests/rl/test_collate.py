@@ -1,9 +1,10 @@
 """Collation of both roles' samples into one right-padded, bucketed TrainBatch."""
 
 import numpy as np
+import pytest
 
 from spade_jax.rl.batch import AGENT, DESIGNER
-from spade_jax.rl.collate import Sample, collate
+from spade_jax.rl.collate import Sample, collate, fill_micro_batches
 
 
 def test_rows_and_length_are_bucketed_and_padding_carries_no_loss():
@@ -55,3 +56,28 @@ def test_min_length_gives_every_batch_one_width_without_cutting_longer_samples()
     long = [Sample(list(range(1, 1501)), [1] * 1500, [-1.0] * 1500)]
     assert collate(long, max_length=8192, pack=True, min_length=1000).tokens_bt.shape == (1, 1536)
     assert collate(long, max_length=1200, min_length=1000).tokens_bt.shape == (1, 1200)  # max_length still cuts
+
+
+def test_fixed_rows_give_every_batch_that_fits_one_row_count():
+    def rows(n, pack=False):
+        samples = [Sample([1, 2, 3], [0, 1, 1], [0.0, -1.0, -1.0])] * n
+        return collate(samples, row_multiple=8, rows=48, pack=pack).tokens_bt.shape[0]
+
+    assert [rows(n) for n in (1, 9, 48, 49, 97)] == [48, 48, 48, 96, 144]
+    assert rows(5, pack=True) == 48
+    with pytest.raises(ValueError, match="multiple of 8"):
+        collate([Sample([1, 2], [0, 1], [0.0, -1.0])], row_multiple=8, rows=20)
+
+
+def test_fill_micro_batches_puts_rows_with_tokens_in_the_first_micro_batches():
+    samples = [Sample([i + 1, i + 2], [0, 1], [0.0, -float(i)], advantage=float(i)) for i in range(5)]
+    batch = collate(samples, length_multiple=2, rows=12)
+    filled = fill_micro_batches(batch, 4)  # the train step deals row r to micro-batch r % 4: 3 rows each
+    micro = [np.flatnonzero(np.arange(12) % 4 == m) for m in range(4)]
+    assert [filled.valid_bt[rows].any(1).sum() for rows in micro] == [3, 2, 0, 0]
+    # the same rows, each whole: a row's fields move together, in the samples' order
+    assert sorted(filled.advantages_b[filled.valid_bt.any(1)].tolist()) == [0.0, 1.0, 2.0, 3.0, 4.0]
+    np.testing.assert_array_equal(filled.tokens_bt[micro[0]][:, 0], [1, 2, 3])
+    np.testing.assert_allclose(filled.behaviour_logprobs_bt[micro[1]][:2, 1], [-3.0, -4.0])
+    with pytest.raises(ValueError, match="micro-batches"):
+        fill_micro_batches(batch, 5)

@@ -93,3 +93,13 @@ def test_min_update_length_fixes_the_width_of_every_update():
     assert (out["update/rows"], out["update/length"]) == (1, 256)  # four 10-token samples in one row
     with pytest.raises(ValueError, match="min_update_length"):
         RLConfig(min_update_length=0)
+
+
+def test_fixed_update_rows_give_updates_of_any_sample_count_one_compiled_step():
+    model = tiny_decoder(0)
+    learner = Learner(model, RLConfig(lr=1e-2, micro_batches=2, update_rows=8, score_loss_only=True), verbose=False)
+    first = learner.update(_samples(1.0)[:3])
+    second = learner.update(_samples(1.0) + _samples(0.5)[:2])
+    assert first["update/rows"] == second["update/rows"] == 8
+    assert first["train/skipped"] == second["train/skipped"] == 0 and second["tokens"] == 6 * 6
+    assert len(learner.train_step._compiled) == 1

@@ -12,7 +12,7 @@ import optax
 import pytest
 import torch
 from flax import nnx
-from rl_testing import make_train_batch, tiny_decoder
+from rl_testing import make_train_batch, tiny_decoder, with_empty_rows
 
 from spade_jax.rl import RLConfig, make_optimizer, make_train_step, token_logprobs
 
@@ -167,6 +167,7 @@ def test_sharded_step_on_8_cpu_devices_equals_unsharded(tmp_path):
     assert result["sharded_params"] > 0  # the check really sharded something
     assert result["param_diff"] < 1e-6, result
     assert result["metric_diff"] < 1e-5, result
+    assert result["fixed_rows_param_diff"] < 1e-6 and result["fixed_rows_metric_diff"] < 1e-5, result
     assert result["kl"][0] == 0.0 and result["kl"][1] > 0.0, result  # reference = starting weights
 
 
@@ -233,3 +234,31 @@ def test_scoring_only_loss_columns_equals_scoring_every_column(single):
             np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-6, err_msg=k)
     for a, b in zip(jax.tree.leaves(state_sparse.params), jax.tree.leaves(state_full.params)):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-6)
+
+
+def test_fixed_update_rows_skip_padding_micro_batches_with_the_same_update(single):
+    """rl.update_rows: every batch padded to one row count, its padding gathered into micro-batches the
+    step skips; same metrics and params as the one-shot step, one compiled program for both batches."""
+    from spade_jax.rl.collate import fill_micro_batches
+
+    state_one, hist_one = single
+    model = tiny_decoder(0)
+    train_step = make_train_step(model, CFG.replace(micro_batches=4, update_rows=16), verbose=False)
+    state, history = train_step.init(model), []
+    for i in range(2):
+        batch = fill_micro_batches(with_empty_rows(make_train_batch(i, ref=True), 16), 4)
+        assert not np.asarray(batch.valid_bt)[np.arange(16) % 4 >= 2].any()  # micro-batches 2, 3: padding only
+        state, metrics = train_step(state, batch)
+        history.append({k: float(v) for k, v in metrics.items()})
+    assert len(train_step._compiled) == 1
+    for a, b in zip(history, hist_one):
+        assert a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(state_one.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+
+
+def test_update_rows_must_split_into_micro_batches():
+    with pytest.raises(ValueError, match="update_rows must be a positive multiple of micro_batches"):
+        RLConfig(micro_batches=4, update_rows=10)
