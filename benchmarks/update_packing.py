@@ -3,7 +3,8 @@ the old path (every column projected onto the vocabulary, one sample per row) in
 
 The batch is shaped like the `laptop` config's updates: 32 samples of 300-1536 tokens (uniform, fixed
 seed) with ~12 loss tokens each (three 4-token replies at turn ends), micro_batches 8, the embedded
-SmolLM2-135M with the laptop's model settings (remat, attention chunk 512, logprob chunk 128).
+SmolLM2-135M with the laptop's model settings (remat, attention chunk 512, logprob chunk 128; `--no-remat`
+keeps the forward's activations for the backward instead).
 
 python benchmarks/update_packing.py [--samples 32 --min-len 300 --max-len 1536
     --variants old,loss_only,packed,packed_bf16,packed_loss_only --baseline old]
@@ -61,6 +62,8 @@ def main():
     ap.add_argument("--attn-chunk", type=int, default=512)
     ap.add_argument("--steps", type=int, default=1, help="timed updates per variant (after compiling)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--remat", action=argparse.BooleanOptionalAction, default=True,
+                    help="recompute each block in the backward pass (the model.remat default)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}")
     ap.add_argument("--baseline", default="old", help="the variant every other one is compared with")
     args = ap.parse_args()
@@ -70,10 +73,11 @@ def main():
     from spade_jax.models.registry import load_model
     from spade_jax.rl import RLConfig, make_train_step
     from spade_jax.rl.collate import collate
+    from spade_jax.rl.train import format_memory
 
     loaded = load_model(args.model)
     model = loaded.model
-    model.remat = True
+    model.remat = args.remat
     model.set_attn_chunk(args.attn_chunk)
     samples = laptop_samples(args, model.spec.vocab_size)
     results = {}
@@ -84,7 +88,7 @@ def main():
         train_step = make_train_step(model, cfg, verbose=False)
         state = train_step.init(model)
         start = time.perf_counter()
-        train_step.compile(state, train_step.place_batch(batch))
+        compiled = train_step.compile(state, train_step.place_batch(batch))
         compile_s = time.perf_counter() - start
         times, loss = [], None
         for _ in range(args.steps):
@@ -94,13 +98,14 @@ def main():
             times.append(time.perf_counter() - start)
         results[name] = {
             "rows_x_width": list(np.shape(batch.tokens_bt)), "compile_s": round(compile_s, 1),
+            "memory": format_memory(compiled),
             "update_s": round(float(np.median(times)), 1), "loss": loss,
             "loss_tokens": float(metrics["tokens"]), "sequences": float(metrics["sequences"]),
         }
         print(name, json.dumps(results[name]), file=sys.stderr, flush=True)
         del state
     tokens = sum(min(len(s.tokens), args.max_len) for s in samples)
-    summary = {"model": args.model, "backend": jax.default_backend(), "samples": args.samples,
+    summary = {"model": args.model, "backend": jax.default_backend(), "samples": args.samples, "remat": args.remat,
                "real_tokens": tokens, "variants": results}
     print(json.dumps(summary, indent=1))
     if args.baseline in results:

@@ -40,9 +40,11 @@ class RLConfig:
     # time steps per chunk of the output projection (saves the [B, T, V] logits); None: all at once
     logprob_chunk: int | None = None
     # project onto the vocabulary only at loss columns (TrainBatch.score_index_bk, made on the host):
-    # equal logprobs where the loss reads them, and the laptop's updates have ~12 loss tokens in
-    # ~1000-token rows; False: at every column (the [B, T, V] projection). Off by default: XLA:CPU
-    # compiled SmolLM2's update with it for over 6 minutes without finishing (the plain path: 140 s)
+    # equal logprobs where the loss reads them, and the laptop's updates have ~40 loss tokens in
+    # ~1000-token rows (SmolLM2, 24 packed rows: 167 s per update against 192 s, same loss,
+    # benchmarks/update_packing.py); False: at every column (the [B, T, V] projection). On in `laptop`;
+    # off by default: its columns are picked by [B, K, T] one-hot matmuls, which grow with T^2 at the
+    # reference's 32k-token contexts
     score_loss_only: bool = False
     # pack several samples into each update row (first-fit decreasing, attention kept inside each
     # sample by segment ids), rows as wide as unpacked ones: equal loss and gradients with fewer rows
