@@ -101,6 +101,7 @@ class Learner:
         out["train/skipped"] = int(skipped)
         out["update/skipped"] = int(skipped)
         out["update/rows"], out["update/length"] = batch.tokens_bt.shape
+        out["update/filled_rows"] = int(np.asarray(batch.valid_bt).any(axis=1).sum())  # rows holding tokens
         if not skipped:
             self.nonfinite_run = 0
             self.unwritten = True

@@ -101,5 +101,6 @@ def test_fixed_update_rows_give_updates_of_any_sample_count_one_compiled_step():
     first = learner.update(_samples(1.0)[:3])
     second = learner.update(_samples(1.0) + _samples(0.5)[:2])
     assert first["update/rows"] == second["update/rows"] == 8
+    assert (first["update/filled_rows"], second["update/filled_rows"]) == (3, 6)
     assert first["train/skipped"] == second["train/skipped"] == 0 and second["tokens"] == 6 * 6
     assert len(learner.train_step._compiled) == 1
