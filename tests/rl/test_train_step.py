@@ -33,6 +33,16 @@ def _run(cfg, steps=2, model=None):
     return state, history
 
 
+def _assert_same_updates(history, state, expected_history, expected_state):
+    """Same metrics each step (keys and values) and the same params at the end."""
+    for a, b in zip(history, expected_history):
+        assert a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(expected_state.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+
+
 @pytest.fixture(scope="module")
 def single():
     return _run(CFG)
@@ -41,12 +51,7 @@ def single():
 def test_micro_batched_step_equals_single_batch(single):
     state1, hist1 = single
     state4, hist4 = _run(CFG.replace(micro_batches=4))
-    for a, b in zip(hist1, hist4):
-        assert a.keys() == b.keys()
-        for k in a:
-            np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-6, err_msg=k)
-    for a, b in zip(jax.tree.leaves(state1.params), jax.tree.leaves(state4.params)):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-6)
+    _assert_same_updates(hist4, state4, hist1, state1)
     assert int(state4.step) == 2
 
 
@@ -228,12 +233,7 @@ def test_scoring_only_loss_columns_equals_scoring_every_column(single):
     """rl.score_loss_only against the full [B, T, V] projection (the default): same metrics and params."""
     state_full, hist_full = single
     state_sparse, hist_sparse = _run(CFG.replace(score_loss_only=True, micro_batches=2))
-    for a, b in zip(hist_sparse, hist_full):
-        assert a.keys() == b.keys()
-        for k in a:
-            np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-6, err_msg=k)
-    for a, b in zip(jax.tree.leaves(state_sparse.params), jax.tree.leaves(state_full.params)):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-6)
+    _assert_same_updates(hist_sparse, state_sparse, hist_full, state_full)
 
 
 def test_fixed_update_rows_skip_padding_micro_batches_with_the_same_update(single):
@@ -251,12 +251,7 @@ def test_fixed_update_rows_skip_padding_micro_batches_with_the_same_update(singl
         state, metrics = train_step(state, batch)
         history.append({k: float(v) for k, v in metrics.items()})
     assert len(train_step._compiled) == 1
-    for a, b in zip(history, hist_one):
-        assert a.keys() == b.keys()
-        for k in a:
-            np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=k)
-    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(state_one.params)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+    _assert_same_updates(history, state, hist_one, state_one)
 
 
 def test_update_rows_must_split_into_micro_batches():
