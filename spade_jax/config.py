@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 # Sections live with the code they configure (each checks its knobs with spade_jax.knobs).
+from spade_jax.anchor import AnchorConfig
 from spade_jax.curriculum import CurriculumConfig
 from spade_jax.curriculum.corpus import CorpusConfig
 from spade_jax.envs.backends import BACKEND_CHOICES
@@ -340,6 +341,7 @@ class Config:
     )
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     rl: RLConfig = field(default_factory=RLConfig)
+    anchor: AnchorConfig = field(default_factory=AnchorConfig)  # rl.anchor_coef's samples
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     roles: RolesConfig = field(default_factory=RolesConfig)

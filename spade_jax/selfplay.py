@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spade_jax import distributed, roles
+from spade_jax.anchor import anchor_batch, make_anchor_samples, samples_from_state, samples_to_state
 from spade_jax.curriculum import (
     DESIGNER_SCORES,
     EnvMemory,
@@ -41,7 +42,7 @@ from spade_jax.envs.program import ProgramError
 from spade_jax.envs.validate import validate
 from spade_jax.evaluation.stats import wilson_interval
 from spade_jax.rl.advantages import get_advantage_estimator
-from spade_jax.rl.batch import AGENT, DESIGNER
+from spade_jax.rl.batch import AGENT, ANCHOR, DESIGNER
 from spade_jax.rl.collate import Sample
 from spade_jax.rollout import (
     ENV_ERROR_KINDS,
@@ -138,6 +139,8 @@ class SelfPlay:
         self._checkpoint: dict | None = None
         self._sampler_version = 0
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        # rl.anchor_coef > 0: the starting policy's replies to `anchor` questions, made at the first update
+        self.anchor: list[Sample] | None = None
 
     # -- trainer state for checkpoints ---------------------------------------------------------------
 
@@ -155,6 +158,7 @@ class SelfPlay:
             "rng": self.rng.bit_generator.state,
             "plr": None if self.plr is None else {k: np.asarray(v).tolist() for k, v in vars(self.plr).items()},
             "plr_levels": self.plr_levels,
+            "anchor": None if self.anchor is None else samples_to_state(self.anchor),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -167,6 +171,8 @@ class SelfPlay:
             self.plr = plr.PLRState(**{k: jnp.asarray(v, dtypes.get(k, np.int32)) for k, v in state["plr"].items()})
             self.plr_levels = state["plr_levels"]
         self._sampler_version = self.iteration  # a resumed run's model holds the checkpoint's weights
+        if state.get("anchor") is not None:
+            self.anchor = samples_from_state(state["anchor"])
 
     # -- phases -------------------------------------------------------------------------------------
 
@@ -414,6 +420,40 @@ class SelfPlay:
         if key not in self._compiled:
             self._compiled[key] = compile_env(env.source, self.cfg.backend, pool=self.learner.sandbox)
         return self._compiled[key]
+
+    def anchor_samples(self) -> list[Sample]:
+        """The anchor samples (`anchor`), made on first use: at the first update, from the starting policy."""
+        if self.anchor is not None:
+            return self.anchor
+        if self.iteration > 0:  # a checkpoint from before the anchor existed, or rl.anchor_coef set on resume
+            log.warning("anchor: made from the weights of iteration %d, not the starting policy's (the "
+                        "checkpoint holds none)", self.iteration)
+        with self._phase("anchor"):
+            self.anchor = make_anchor_samples(self.cfg.anchor, self._play_one_turn, jax.random.key(self.cfg.seed))
+        if not self.anchor:
+            raise ValueError("anchor: the policy wrote no reply to any anchor question; check anchor.tasks")
+        log.info("anchor: %d replies of the starting policy kept", len(self.anchor))
+        return self.anchor
+
+    def _play_one_turn(self, envs, seeds, key) -> list:
+        """One-turn episodes of `envs` played as the games are (the agent's conversation, sampling and
+        answer format), `max_parallel_episodes` at a time; draws from its own `key`, not the run's RNG."""
+        calls = iter(range(len(envs) + 1))
+
+        def generate(prompts):
+            call_key = jax.random.fold_in(key, next(calls))
+            return generations_of(self.policy.generate(prompts, self.cfg.agent_sampling, call_key))
+
+        rollout = dataclasses.replace(self.rollout, step_workers=1)  # reasoning-gym steps swap the global RNG
+        trajectories = []
+        for start in range(0, len(envs), self.cfg.max_parallel_episodes):
+            chunk = envs[start : start + self.cfg.max_parallel_episodes]
+            instances = chunk if distributed.is_leader() else [None] * len(chunk)
+            trajectories += play_episodes(
+                instances, seeds[start : start + len(chunk)], generate, self.policy.tokenizer, rollout,
+                groups=[("anchor", "nohint")] * len(chunk), format_observation=with_hint,
+            )
+        return trajectories
 
     def _agent_generate(self, prompts):
         return generations_of(self.policy.generate(prompts, self.cfg.agent_sampling, self._key("agent")))
@@ -669,6 +709,9 @@ class SelfPlay:
             designer, score_metrics = self.score_pool(scored_pool, len(agent))
             metrics.update(score_metrics)
         samples = self.fit_batch(designer, agent)
+        if cfg.rl.anchor_coef > 0 and samples:  # a regulariser of updates, no update of its own
+            samples += anchor_batch(self.anchor_samples(), cfg.anchor.per_update, self.iteration)
+            metrics["anchor/samples"] = sum(s.role == ANCHOR for s in samples)
         metrics["agent/samples"] = sum(s.role == AGENT for s in samples)
         metrics["designer/samples"] = sum(s.role == DESIGNER for s in samples)
         # what the sampler computed this iteration, every role (the device play loop is not counted)

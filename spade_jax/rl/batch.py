@@ -11,8 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-AGENT, DESIGNER = 0, 1  # values of `role_b`
-ROLE_NAMES = ("agent", "designer")
+# values of `role_b`; ANCHOR: the starting policy's own replies outside the games (RLConfig.anchor_coef),
+# trained on by likelihood, not by the policy gradient
+AGENT, DESIGNER, ANCHOR = 0, 1, 2
+ROLE_NAMES = ("agent", "designer", "anchor")
 
 
 @flax.struct.dataclass
@@ -34,7 +36,7 @@ class TrainBatch:
     advantages_bt: jax.Array | None = None  # float32 [B, T] per-token advantage (instead of advantages_b)
     old_logprobs_bt: jax.Array | None = None  # proximal policy for the clip (e.g. trainer-recomputed); None: behaviour
     ref_logprobs_bt: jax.Array | None = None  # frozen reference policy, needed when kl_coef > 0
-    role_b: jax.Array | None = None  # int32 0 agent, 1 designer (metrics only); None: all agent
+    role_b: jax.Array | None = None  # int32 0 agent, 1 designer (metrics only), 2 anchor; None: all agent
     # bool: sampled by an older policy (delayed designer update): clip around the current policy, correct with TIS
     is_stale_b: jax.Array | None = None
     # int32 [B, K]: the columns t whose logprob the loss reads (its loss mask), padded with 0 (scores

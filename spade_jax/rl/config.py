@@ -69,6 +69,11 @@ class RLConfig:
     # agent reward + this x the share of its replies holding a complete \boxed{...}
     # (SPADE: 0; shaping for small models that never answer in the action format)
     format_bonus: float = 0.0
+    # weight of the mean negative log-likelihood of the anchor samples (the starting policy's replies to
+    # questions outside the games, the config's `anchor` section): InstructGPT's pretraining mix (PPO-ptx) on the model's
+    # own answers, which holds its answers outside the games where a KL on the game tokens alone did not
+    # (docs/results.md). SPADE: 0 (no anchor)
+    anchor_coef: float = 0.0
     # this many non-finite updates in a row (each skipped, weights kept) stop the run with TrainingDiverged
     max_nonfinite_steps: int = 3
 
@@ -77,6 +82,8 @@ class RLConfig:
             raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got {self.eps_low}, {self.eps_high}")
         if self.kl_coef < 0:
             raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
+        if not self.anchor_coef >= 0:
+            raise ValueError(f"anchor_coef must be >= 0, got {self.anchor_coef}")
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ValueError(f"kl_estimator {self.kl_estimator!r} is not one of {KL_ESTIMATORS}")
         if self.aggregation not in AGGREGATIONS:

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spade_jax.rl.batch import ROLE_NAMES, TrainBatch
+from spade_jax.rl.batch import ANCHOR, ROLE_NAMES, TrainBatch
 from spade_jax.rl.config import KL_ESTIMATORS, RLConfig
 
 _MAX_LOG_RATIO = 20.0  # exp() stays finite; masked positions may hold arbitrary logprobs
@@ -20,10 +20,10 @@ _MAX_LOG_RATIO = 20.0  # exp() stays finite; masked positions may hold arbitrary
 class LossNormalisers:
     """Counts over the FULL batch, so micro-batch contributions add up to the full-batch loss."""
 
-    tokens: jax.Array  # loss tokens in the batch
-    sequences: jax.Array  # sequences with at least one loss token
+    tokens: jax.Array  # policy-gradient loss tokens in the batch (anchor tokens apart)
+    sequences: jax.Array  # sequences with at least one of them
     dr_grpo_denominator: jax.Array  # sequences * Dr.GRPO token budget
-    role_tokens: jax.Array  # [len(ROLE_NAMES)] loss tokens per role
+    role_tokens: jax.Array  # [len(ROLE_NAMES)] loss tokens per role (the anchor's too)
 
 
 def effective_loss_mask(batch: TrainBatch) -> jax.Array:
@@ -34,6 +34,14 @@ def effective_loss_mask(batch: TrainBatch) -> jax.Array:
         seg = jnp.asarray(batch.segment_ids_bt)
         mask = mask & jnp.pad(seg[:, 1:] == seg[:, :-1], ((0, 0), (1, 0)))
     return mask.at[:, 0].set(False)
+
+
+def policy_and_anchor_masks(batch: TrainBatch) -> tuple[jax.Array, jax.Array]:
+    """The loss tokens split in two: the policy gradient's (agent and designer) and the anchor's
+    (`RLConfig.anchor_coef`), which only the likelihood term reads."""
+    mask = effective_loss_mask(batch)
+    anchor = mask & (batch.token_roles() == ANCHOR)
+    return mask & ~anchor, anchor
 
 
 def _segment_loss_tokens(mask_bt: jax.Array, segment_ids_bt: jax.Array) -> jax.Array:
@@ -59,7 +67,7 @@ def _sequence_count(mask_bt: jax.Array, segment_ids_bt: jax.Array | None) -> jax
 
 
 def loss_normalisers(batch: TrainBatch, cfg: RLConfig) -> LossNormalisers:
-    mask = effective_loss_mask(batch)
+    mask, anchor = policy_and_anchor_masks(batch)
     tokens = mask.sum().astype(jnp.float32)
     sequences = _sequence_count(mask, batch.segment_ids_bt)
     # Dr.GRPO's budget defaults to the row width; packed rows are as wide as the unpacked ones would be
@@ -67,7 +75,7 @@ def loss_normalisers(batch: TrainBatch, cfg: RLConfig) -> LossNormalisers:
     budget = cfg.dr_grpo_tokens if cfg.dr_grpo_tokens is not None else mask.shape[1]
     roles = batch.token_roles()
     role_tokens = jnp.stack(
-        [(mask & (roles == r)).sum() for r in range(len(ROLE_NAMES))]
+        [((mask | anchor) & (roles == r)).sum() for r in range(len(ROLE_NAMES))]
     ).astype(jnp.float32)
     return LossNormalisers(
         tokens=tokens,
@@ -186,6 +194,9 @@ def grpo_loss(
     """(loss, metrics) of one (micro-)batch; every metric is a sum that adds up over micro-batches.
 
     `norm` holds the full batch's counts; None computes them from this batch (no micro-batching).
+    Anchor rows (role ANCHOR) add `cfg.anchor_coef` times their mean negative log-likelihood per token
+    (InstructGPT's PPO-ptx term, on the starting policy's own replies: a sample estimate of
+    KL(pi_start || pi) up to a constant) and take no part in the policy-gradient terms or metrics.
     """
     if cfg.kl_coef > 0 and batch.ref_logprobs_bt is None:
         raise ValueError(
@@ -194,7 +205,7 @@ def grpo_loss(
         )
     if norm is None:
         norm = loss_normalisers(batch, cfg)
-    mask = effective_loss_mask(batch)
+    mask, anchor = policy_and_anchor_masks(batch)
     terms = grpo_token_terms(
         logp_bt,
         batch.behaviour_logprobs_bt,
@@ -210,7 +221,10 @@ def grpo_loss(
     def wsum(x, weights):
         return jnp.sum(jnp.where(mask, x.astype(jnp.float32) * weights, 0.0))
 
-    loss = wsum(terms["loss"], w)
+    anchor_nll = jnp.sum(jnp.where(anchor, -logp_bt.astype(jnp.float32), 0.0)) / jnp.maximum(
+        norm.role_tokens[ANCHOR], 1.0
+    )
+    loss = wsum(terms["loss"], w) + cfg.anchor_coef * anchor_nll
     metrics = {
         "loss": jax.lax.stop_gradient(loss),
         "pg_loss": jax.lax.stop_gradient(wsum(terms["pg"], w)),
@@ -220,10 +234,13 @@ def grpo_loss(
         "entropy": wsum(terms["entropy"], per_token),
         "tis_weight": wsum(terms["tis_weight"], per_token),
         "ratio": wsum(terms["ratio"], per_token),
+        "anchor/nll": jax.lax.stop_gradient(anchor_nll),
     }
     adv = batch.token_advantages()
     roles = batch.token_roles()
     for r, name in enumerate(ROLE_NAMES):
+        if r == ANCHOR:  # no advantage: trained by likelihood
+            continue
         in_role = roles == r
         role_weight = mask.astype(jnp.float32) / jnp.maximum(norm.role_tokens[r], 1.0)
         metrics[f"{name}/advantage_mean"] = wsum(jnp.where(in_role, adv, 0.0), role_weight)

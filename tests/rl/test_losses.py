@@ -187,6 +187,40 @@ def test_micro_batch_contributions_add_up():
         np.testing.assert_allclose(float(sum(halves)), float(full), rtol=1e-6)
 
 
+@pytest.mark.parametrize("aggregation", ["token", "sequence", "dr_grpo"])
+def test_anchor_rows_add_their_mean_nll_and_leave_the_policy_gradient_alone(aggregation):
+    """PPO-ptx: anchor rows (role 2) add coef x their mean -logp per token (numpy) to the loss of the other
+    rows, which is what it is without them; gradients likewise; and the halves still add up."""
+    cfg = RLConfig(aggregation=aggregation, dr_grpo_tokens=16, anchor_coef=0.3)
+    logp, batch, mask = make_batch(7)
+    role = np.array([0, 2, 0, 1, 2, 0], np.int32)  # rows 1 and 4 become anchor rows
+    anchored = batch.replace(role_b=role)
+    policy_rows = role != 2
+    without = jax.tree.map(lambda x: np.asarray(x)[policy_rows], batch)
+    anchor_mask = mask & (role == 2)[:, None]
+    want_nll = -(logp * anchor_mask).sum() / anchor_mask.sum()
+
+    def loss_of(b):
+        return jax.value_and_grad(lambda lp: grpo_loss(lp, jax.tree.map(jnp.asarray, b), cfg), has_aux=True)
+
+    (loss, metrics), grad = loss_of(anchored)(jnp.asarray(logp))
+    (base, base_metrics), base_grad = loss_of(without)(jnp.asarray(logp[policy_rows]))
+    np.testing.assert_allclose(float(loss), float(base) + 0.3 * want_nll, rtol=1e-5)
+    np.testing.assert_allclose(float(metrics["anchor/nll"]), want_nll, rtol=1e-6)
+    grad = np.asarray(grad)
+    np.testing.assert_allclose(grad[policy_rows], np.asarray(base_grad), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(grad[~policy_rows], -0.3 * anchor_mask[~policy_rows] / anchor_mask.sum(), rtol=1e-5)
+    for key in ("pg_loss", "entropy", "clip_frac", "ratio", "agent/advantage_mean", "designer/advantage_mean"):
+        np.testing.assert_allclose(float(metrics[key]), float(base_metrics[key]), rtol=1e-5, err_msg=key)
+    norm = loss_normalisers(jax.tree.map(jnp.asarray, anchored), cfg)
+    assert float(norm.tokens) == mask[policy_rows].sum() and float(norm.role_tokens[2]) == anchor_mask.sum()
+    halves = [
+        grpo_loss(jnp.asarray(logp[s]), jax.tree.map(lambda x: jnp.asarray(x)[s], anchored), cfg, norm)[0]  # noqa: B023
+        for s in (slice(0, 3), slice(3, None))
+    ]
+    np.testing.assert_allclose(float(sum(halves)), float(loss), rtol=1e-6)
+
+
 def test_kl_needs_reference():
     logp, batch, _ = make_batch(0)
     with pytest.raises(ValueError, match="ref_logprobs_bt"):
@@ -198,6 +232,8 @@ def test_config_validation():
         RLConfig(aggregation="mean")
     with pytest.raises(ValueError, match="unknown advantage estimator"):
         RLConfig(agent_advantage="ppo")
+    with pytest.raises(ValueError, match="anchor_coef"):
+        RLConfig(anchor_coef=-0.1)
     with pytest.raises(ValueError, match="tis_cap"):
         RLConfig(tis_cap=0.5)
     cfg = RLConfig()
