@@ -70,9 +70,9 @@ class RLConfig:
     # (SPADE: 0; shaping for small models that never answer in the action format)
     format_bonus: float = 0.0
     # weight of the mean negative log-likelihood of the anchor samples (the starting policy's replies to
-    # questions outside the games, the config's `anchor` section): InstructGPT's pretraining mix (PPO-ptx) on the model's
-    # own answers, which holds its answers outside the games where a KL on the game tokens alone did not
-    # (docs/results.md). SPADE: 0 (no anchor)
+    # questions outside the games, the config's `anchor` section): InstructGPT's pretraining mix (PPO-ptx)
+    # on the model's own answers, to hold its answers outside the games, where a KL on the game tokens
+    # alone did not (docs/results.md). SPADE: 0 (no anchor)
     anchor_coef: float = 0.0
     # this many non-finite updates in a row (each skipped, weights kept) stop the run with TrainingDiverged
     max_nonfinite_steps: int = 3
