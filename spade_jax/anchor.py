@@ -3,10 +3,10 @@ and trained on by likelihood beside the policy gradient (`rl.anchor_coef`, Instr
 
 On the embedded 135M model, GRPO on the games moved the agent's answers everywhere else: after a few
 updates it answered held-out questions with the games' action placeholder or one constant, and neither a
-lower rate nor a KL on the game tokens held them (docs/results.md, sessions 17-19). The anchor is a
-sample estimate of KL(pi_start || pi) on other questions, up to a constant: its replies are drawn from
-the starting policy once, in the agent's own conversation and answer format, so a resumed run keeps them
-(they travel in the trainer state), and no label of any task is used.
+lower rate nor a KL on the game tokens held them (docs/results.md, sessions 17-19). The anchor holds
+the starting policy's answers to other questions: its replies (greedy by default) are written by the
+starting policy once, in the agent's own conversation and answer format, a resumed run keeps them (they
+travel in the trainer state), and no label of any task is used.
 """
 
 from __future__ import annotations
@@ -42,10 +42,17 @@ class AnchorConfig:
     tasks: tuple[str, ...] = DEFAULT_TASKS  # one-turn reasoning-gym tasks ("rg:<name>"), none in an eval suite
     prompts: int = 96  # questions answered by the starting policy, dealt over the tasks in turn
     per_update: int = 16  # anchor samples in each update, taken in turn from the kept ones
+    # 0: the starting policy's greedy replies, the answers a greedy evaluation reads, which the anchor
+    # then holds (its samples at the agent's temperature 1.0 were a third junk or the placeholder `...` on
+    # the 135M model, and held nothing: docs/results.md); null: the agent's own sampling temperature (the
+    # term is then a sample estimate of KL(pi_start || pi) plus a constant)
+    temperature: float | None = 0.0
 
     def __post_init__(self):
         positive(self.prompts, "anchor.prompts")
         positive(self.per_update, "anchor.per_update")
+        if self.temperature is not None:
+            positive(self.temperature, "anchor.temperature", allow_zero=True)
         if not self.tasks:
             raise ConfigError("anchor.tasks is empty; name one-turn reasoning-gym tasks such as rg:gcd")
         for task in self.tasks:

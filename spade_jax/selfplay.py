@@ -428,21 +428,28 @@ class SelfPlay:
         if self.iteration > 0:  # a checkpoint from before the anchor existed, or rl.anchor_coef set on resume
             log.warning("anchor: made from the weights of iteration %d, not the starting policy's (the "
                         "checkpoint holds none)", self.iteration)
+        a = self.cfg.anchor
+        sampling = self.cfg.agent_sampling
+        if a.temperature is not None:
+            sampling = dataclasses.replace(sampling, temperature=a.temperature)
         with self._phase("anchor"):
-            self.anchor = make_anchor_samples(self.cfg.anchor, self._play_one_turn, jax.random.key(self.cfg.seed))
+            self.anchor = make_anchor_samples(
+                a, lambda envs, seeds, key: self._play_one_turn(envs, seeds, key, sampling),
+                jax.random.key(self.cfg.seed),
+            )
         if not self.anchor:
             raise ValueError("anchor: the policy wrote no reply to any anchor question; check anchor.tasks")
         log.info("anchor: %d replies of the starting policy kept", len(self.anchor))
         return self.anchor
 
-    def _play_one_turn(self, envs, seeds, key) -> list:
-        """One-turn episodes of `envs` played as the games are (the agent's conversation, sampling and
-        answer format), `max_parallel_episodes` at a time; draws from its own `key`, not the run's RNG."""
+    def _play_one_turn(self, envs, seeds, key, sampling) -> list:
+        """One-turn episodes of `envs` played as the games are (the agent's conversation and answer format)
+        with `sampling`, `max_parallel_episodes` at a time; draws from its own `key`, not the run's RNG."""
         calls = iter(range(len(envs) + 1))
 
         def generate(prompts):
             call_key = jax.random.fold_in(key, next(calls))
-            return generations_of(self.policy.generate(prompts, self.cfg.agent_sampling, call_key))
+            return generations_of(self.policy.generate(prompts, sampling, call_key))
 
         rollout = dataclasses.replace(self.rollout, step_workers=1)  # reasoning-gym steps swap the global RNG
         trajectories = []

@@ -10,7 +10,7 @@ from spade_jax.rl.advantages import (
     get_advantage_estimator,
     register_advantage_estimator,
 )
-from spade_jax.rl.batch import AGENT, DESIGNER, ROLE_NAMES, TrainBatch
+from spade_jax.rl.batch import AGENT, ANCHOR, DESIGNER, ROLE_NAMES, TrainBatch
 from spade_jax.rl.config import KL_ESTIMATORS, RLConfig
 from spade_jax.rl.losses import (
     LossNormalisers,
@@ -26,7 +26,7 @@ from spade_jax.rl.losses import (
 from spade_jax.rl.train import TrainState, TrainStep, make_optimizer, make_train_step, prepare_batch
 
 __all__ = [
-    "ADVANTAGE_ESTIMATORS", "AGENT", "DESIGNER", "KL_ESTIMATORS", "ROLE_NAMES", "LossNormalisers", "RLConfig",
+    "ADVANTAGE_ESTIMATORS", "AGENT", "ANCHOR", "DESIGNER", "KL_ESTIMATORS", "ROLE_NAMES", "LossNormalisers", "RLConfig",
     "TrainBatch", "TrainState", "TrainStep", "compute_advantages",
     "get_advantage_estimator", "grpo_loss", "grpo_token_terms", "loss_normalisers",
     "make_optimizer", "make_train_step", "prepare_batch", "register_advantage_estimator",
