@@ -12,14 +12,16 @@ travel in the trainer state), and no label of any task is used.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import jax
 import numpy as np
 
+from spade_jax.envs.api import extract_boxed
 from spade_jax.evaluation.environments import make_eval_env
 from spade_jax.evaluation.play import EvalEpisode
 from spade_jax.evaluation.suites import SUITES
-from spade_jax.knobs import ConfigError, positive
+from spade_jax.knobs import ConfigError, choice, positive
 from spade_jax.rl.batch import ANCHOR
 from spade_jax.rl.collate import Sample
 
@@ -33,6 +35,9 @@ DEFAULT_TASKS = (
 )
 # Item seeds: away from the evaluation suites' (900000..) and the screens' (900777..).
 ANCHOR_SEED_BASE = 700_000
+KEEP = ("answers", "all")
+# The questions' answer line ends "inside \boxed{...}."; a reply that copies its placeholder answers nothing.
+_PLACEHOLDER = re.compile(r"[\s.\u2026]*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,19 +45,24 @@ class AnchorConfig:
     """Where the anchor samples come from; they are used when `rl.anchor_coef > 0`."""
 
     tasks: tuple[str, ...] = DEFAULT_TASKS  # one-turn reasoning-gym tasks ("rg:<name>"), none in an eval suite
-    prompts: int = 96  # questions answered by the starting policy, dealt over the tasks in turn
+    prompts: int = 192  # questions answered by the starting policy, dealt over the tasks in turn
     per_update: int = 16  # anchor samples in each update, taken in turn from the kept ones
     # 0: the starting policy's greedy replies, the answers a greedy evaluation reads, which the anchor
     # then holds (its samples at the agent's temperature 1.0 were a third junk or the placeholder `...` on
     # the 135M model, and held nothing: docs/results.md); null: the agent's own sampling temperature (the
     # term is then a sample estimate of KL(pi_start || pi) plus a constant)
     temperature: float | None = 0.0
+    # answers: keep only replies holding a closed \boxed{} with an answer in it, not the answer line's
+    # placeholder `...` (the 135M model's greedy reply to 69 of 96 of these questions; anchored, it held the
+    # collapse onto that reply instead of preventing it: docs/results.md); all: every reply
+    keep: str = "answers"
 
     def __post_init__(self):
         positive(self.prompts, "anchor.prompts")
         positive(self.per_update, "anchor.per_update")
         if self.temperature is not None:
             positive(self.temperature, "anchor.temperature", allow_zero=True)
+        choice(self.keep, KEEP, "anchor.keep")
         if not self.tasks:
             raise ConfigError("anchor.tasks is empty; name one-turn reasoning-gym tasks such as rg:gcd")
         for task in self.tasks:
@@ -69,18 +79,26 @@ def anchor_plan(cfg: AnchorConfig) -> list[tuple[str, int]]:
     return [(cfg.tasks[i % len(cfg.tasks)], ANCHOR_SEED_BASE + i // len(cfg.tasks)) for i in range(cfg.prompts)]
 
 
-def make_anchor_samples(cfg: AnchorConfig, play, key: jax.Array) -> list[Sample]:
-    """The starting policy's replies to `cfg`'s questions as anchor samples (a reply with no token of
-    its own is left out). `play(envs, seeds, key)` plays one-turn episodes the way
-    the run plays its games and returns their trajectories."""
+def is_answer(reply: str) -> bool:
+    """A closed \\boxed{} holding something other than the placeholder (dots, an ellipsis, nothing)."""
+    content = extract_boxed(reply, first=True)
+    return content is not None and not _PLACEHOLDER.fullmatch(content)
+
+
+def make_anchor_samples(cfg: AnchorConfig, play, key: jax.Array) -> tuple[list[Sample], int]:
+    """(the starting policy's replies to `cfg`'s questions as anchor samples, replies written). A reply
+    with no token of its own is left out, and with `keep: answers` one that answers nothing (`is_answer`).
+    `play(envs, seeds, key)` plays one-turn episodes the way the run plays its games and returns their
+    trajectories."""
     plan = anchor_plan(cfg)
     envs = [EvalEpisode(make_eval_env(task), 1) for task, _ in plan]
     trajectories = play(envs, [seed for _, seed in plan], key)
-    return [
+    samples = [
         Sample(list(t.tokens), list(t.loss_mask), [0.0] * len(t.tokens), 0.0, ANCHOR)
         for t in trajectories
-        if t.trainable
+        if t.trainable and (cfg.keep == "all" or (t.actions and is_answer(t.actions[0])))
     ]
+    return samples, len(trajectories)
 
 
 def samples_to_state(samples: list[Sample]) -> list[dict]:

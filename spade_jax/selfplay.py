@@ -433,13 +433,15 @@ class SelfPlay:
         if a.temperature is not None:
             sampling = dataclasses.replace(sampling, temperature=a.temperature)
         with self._phase("anchor"):
-            self.anchor = make_anchor_samples(
+            self.anchor, written = make_anchor_samples(
                 a, lambda envs, seeds, key: self._play_one_turn(envs, seeds, key, sampling),
                 jax.random.key(self.cfg.seed),
             )
         if not self.anchor:
-            raise ValueError("anchor: the policy wrote no reply to any anchor question; check anchor.tasks")
-        log.info("anchor: %d replies of the starting policy kept", len(self.anchor))
+            raise ValueError(f"anchor: none of the policy's {written} replies to the anchor questions was kept "
+                             f"(anchor.keep={a.keep}); ask more (anchor.prompts), other tasks, or keep: all")
+        log.info("anchor: %d of the starting policy's %d replies kept (anchor.keep=%s)", len(self.anchor),
+                 written, a.keep)
         return self.anchor
 
     def _play_one_turn(self, envs, seeds, key, sampling) -> list:

@@ -5,13 +5,14 @@ import dataclasses
 
 import pytest
 
-from spade_jax.anchor import ANCHOR_SEED_BASE, AnchorConfig, anchor_batch, anchor_plan
+from spade_jax.anchor import ANCHOR_SEED_BASE, AnchorConfig, anchor_batch, anchor_plan, is_answer, make_anchor_samples
 from spade_jax.config import ConfigError, load_config
 from spade_jax.evaluation.environments import make_eval_env
 from spade_jax.models.registry import load_model
 from spade_jax.policy import Learner, Policy
 from spade_jax.rl.batch import AGENT, ANCHOR
 from spade_jax.rl.collate import Sample
+from spade_jax.rollout import Trajectory
 from spade_jax.run import EnvArchive, PhaseTimer
 from spade_jax.selfplay import SelfPlay
 
@@ -29,6 +30,11 @@ def test_config_refuses_eval_tasks_other_kinds_and_bad_counts():
         load_config("tiny", ["anchor.tasks=[]"])
     with pytest.raises(ConfigError, match="anchor.per_update"):
         load_config("tiny", ["anchor.per_update=0"])
+    with pytest.raises(ConfigError, match="anchor.temperature"):
+        load_config("tiny", ["anchor.temperature=-0.5"])
+    assert load_config("tiny", ["anchor.temperature=null"]).anchor.temperature is None  # the agent's own
+    with pytest.raises(ConfigError, match="anchor.keep"):
+        load_config("tiny", ["anchor.keep=some"])
     with pytest.raises(ValueError, match="anchor_coef"):
         load_config("tiny", ["rl.anchor_coef=-1"])
 
@@ -38,6 +44,24 @@ def test_plan_deals_the_tasks_in_turn_at_fresh_seeds():
     assert anchor_plan(cfg) == [("rg:gcd", ANCHOR_SEED_BASE), ("rg:lcm", ANCHOR_SEED_BASE),
                                 ("rg:gcd", ANCHOR_SEED_BASE + 1), ("rg:lcm", ANCHOR_SEED_BASE + 1),
                                 ("rg:gcd", ANCHOR_SEED_BASE + 2)]
+
+
+def test_keep_answers_drops_the_placeholder_and_unclosed_replies():
+    assert is_answer("\\boxed{12}") and is_answer("\\boxed{Jack}\\") and is_answer("so \\boxed{3.5} then")
+    for reply in ("\\boxed{...}", "\\boxed{ \u2026 }", "\\boxed{}", "\\boxed{5095 - 2", "12"):
+        assert not is_answer(reply), reply
+    replies = ["\\boxed{...}", "\\boxed{7}", "\\boxed{seven", "\\boxed{Jack}"]
+
+    def play(envs, seeds, key):
+        assert seeds == [ANCHOR_SEED_BASE, ANCHOR_SEED_BASE, ANCHOR_SEED_BASE + 1, ANCHOR_SEED_BASE + 1]
+        return [Trajectory([5, 6, i], [0, 0, 1], [0.0] * 3, [0.0], ["q"], [r], terminated=True)
+                for i, r in enumerate(replies)]
+
+    cfg = AnchorConfig(tasks=("rg:gcd", "rg:lcm"), prompts=4)
+    kept, written = make_anchor_samples(cfg, play, None)
+    assert written == 4 and [s.tokens[-1] for s in kept] == [1, 3]
+    kept, _ = make_anchor_samples(dataclasses.replace(cfg, keep="all"), play, None)
+    assert [s.tokens[-1] for s in kept] == [0, 1, 2, 3] and all(s.role == ANCHOR for s in kept)
 
 
 def test_anchor_batch_takes_the_samples_in_turn():
@@ -53,7 +77,7 @@ def test_run_adds_the_starting_policys_replies_to_each_update_and_a_checkpoint_k
         "mode=fixed_pool", "env_pool=library:target_number", "group_size=2", "iterations=2",
         "rollout.loss_on_truncated=true", "global_batch=2", "rl.lr=1e-2", "rl.anchor_coef=0.5",
         "anchor.tasks=rg:gcd,rg:spell_backward", "anchor.prompts=4", "anchor.per_update=3",
-        "rollout.reply_prefix=ANSWER",
+        "rollout.reply_prefix=ANSWER", "anchor.keep=all",  # the random tiny model closes no box
     ])
     loaded = load_model("tiny", seed=0)
     policy = Policy(loaded.model, loaded.tokenizer)
