@@ -49,12 +49,12 @@ class AnchorConfig:
     per_update: int = 16  # anchor samples in each update, taken in turn from the kept ones
     # 0: the starting policy's greedy replies, the answers a greedy evaluation reads, which the anchor
     # then holds (its samples at the agent's temperature 1.0 were a third junk or the placeholder `...` on
-    # the 135M model, and held nothing: docs/results.md); null: the agent's own sampling temperature (the
-    # term is then a sample estimate of KL(pi_start || pi) plus a constant)
+    # the 135M model, and did not hold held-out success: docs/results.md); null: the agent's own sampling
+    # temperature (the term is then a sample estimate of KL(pi_start || pi) plus a constant)
     temperature: float | None = 0.0
     # answers: keep only replies holding a closed \boxed{} with an answer in it, not the answer line's
-    # placeholder `...` (the 135M model's greedy reply to 69 of 96 of these questions; anchored, it held the
-    # collapse onto that reply instead of preventing it: docs/results.md); all: every reply
+    # placeholder `...` (the 135M model's greedy reply to 69 of 96 of these questions, and the reply its
+    # held-out answers collapse onto: anchored, it would pull toward the collapse); all: every reply
     keep: str = "answers"
 
     def __post_init__(self):

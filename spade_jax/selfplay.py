@@ -11,6 +11,7 @@ import contextlib
 import copy
 import dataclasses
 import hashlib
+import itertools
 import logging
 import math
 import time
@@ -447,7 +448,7 @@ class SelfPlay:
     def _play_one_turn(self, envs, seeds, key, sampling) -> list:
         """One-turn episodes of `envs` played as the games are (the agent's conversation and answer format)
         with `sampling`, `max_parallel_episodes` at a time; draws from its own `key`, not the run's RNG."""
-        calls = iter(range(len(envs) + 1))
+        calls = itertools.count()
 
         def generate(prompts):
             call_key = jax.random.fold_in(key, next(calls))

@@ -195,8 +195,8 @@ def grpo_loss(
 
     `norm` holds the full batch's counts; None computes them from this batch (no micro-batching).
     Anchor rows (role ANCHOR) add `cfg.anchor_coef` times their mean negative log-likelihood per token
-    (InstructGPT's PPO-ptx term, on the starting policy's own replies: a sample estimate of
-    KL(pi_start || pi) up to a constant) and take no part in the policy-gradient terms or metrics.
+    (InstructGPT's PPO-ptx term, on the starting policy's own replies: docs/rl.md, "The anchor") and take
+    no part in the policy-gradient terms or metrics.
     """
     if cfg.kl_coef > 0 and batch.ref_logprobs_bt is None:
         raise ValueError(
