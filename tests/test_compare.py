@@ -111,6 +111,7 @@ def test_arm_base_runs_the_three_methods_on_one_configs_settings():
     assert (configs["frozen_designer"].mode, configs["frozen_designer"].train_designer) == ("selfplay", False)
     for config in configs.values():
         assert config.group_size == laptop.group_size and config.rl.lr == laptop.rl.lr
+        assert config.rl.anchor_coef == laptop.rl.anchor_coef == 1.0 and config.anchor == laptop.anchor
         assert config.rollout.max_turns == laptop.rollout.max_turns and config.env_pool == laptop.env_pool
 
 
