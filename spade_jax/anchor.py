@@ -72,6 +72,13 @@ class AnchorConfig:
             if suites:
                 raise ConfigError(f"anchor.tasks: {task} is scored by the eval suite(s) {', '.join(suites)}; "
                                   "an anchor must not train on what is evaluated")
+        if self.tasks != DEFAULT_TASKS:  # reasoning-gym's import takes a second: only for tasks of one's own
+            import reasoning_gym
+
+            unknown = [t for t in self.tasks if t.split(":", 1)[1] not in reasoning_gym.factory.DATASETS]
+            if unknown:
+                raise ConfigError(f"anchor.tasks: {', '.join(unknown)} not among reasoning-gym's datasets "
+                                  f"(reasoning_gym.factory.DATASETS)")
 
 
 def anchor_plan(cfg: AnchorConfig) -> list[tuple[str, int]]:

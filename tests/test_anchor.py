@@ -5,7 +5,15 @@ import dataclasses
 
 import pytest
 
-from spade_jax.anchor import ANCHOR_SEED_BASE, AnchorConfig, anchor_batch, anchor_plan, is_answer, make_anchor_samples
+from spade_jax.anchor import (
+    ANCHOR_SEED_BASE,
+    DEFAULT_TASKS,
+    AnchorConfig,
+    anchor_batch,
+    anchor_plan,
+    is_answer,
+    make_anchor_samples,
+)
 from spade_jax.config import ConfigError, load_config
 from spade_jax.evaluation.environments import make_eval_env
 from spade_jax.models.registry import load_model
@@ -26,6 +34,9 @@ def test_config_refuses_eval_tasks_other_kinds_and_bad_counts():
         AnchorConfig(tasks=("rg:countdown",))
     with pytest.raises(ConfigError, match="not a one-turn reasoning-gym task"):
         AnchorConfig(tasks=("game:GuessTheNumber-v0",))
+    with pytest.raises(ConfigError, match="rg:no_such_task not among reasoning-gym's datasets"):
+        load_config("tiny", ["anchor.tasks=rg:gcd,rg:no_such_task"])
+    AnchorConfig(tasks=tuple(reversed(DEFAULT_TASKS)))  # the defaults are reasoning-gym datasets (checked as one's own)
     with pytest.raises(ConfigError, match="anchor.tasks is empty"):
         load_config("tiny", ["anchor.tasks=[]"])
     with pytest.raises(ConfigError, match="anchor.per_update"):
