@@ -101,7 +101,7 @@ def make_anchor_samples(cfg: AnchorConfig, play, key: jax.Array) -> tuple[list[S
     envs = [EvalEpisode(make_eval_env(task), 1) for task, _ in plan]
     trajectories = play(envs, [seed for _, seed in plan], key)
     samples = [
-        Sample(list(t.tokens), list(t.loss_mask), [0.0] * len(t.tokens), 0.0, ANCHOR)
+        _anchor_sample(t.tokens, t.loss_mask)
         for t in trajectories
         if t.trainable and (cfg.keep == "all" or (t.actions and is_answer(t.actions[0])))
     ]
@@ -114,7 +114,12 @@ def samples_to_state(samples: list[Sample]) -> list[dict]:
 
 
 def samples_from_state(state: list[dict]) -> list[Sample]:
-    return [Sample(s["tokens"], s["loss_mask"], [0.0] * len(s["tokens"]), 0.0, ANCHOR) for s in state]
+    return [_anchor_sample(s["tokens"], s["loss_mask"]) for s in state]
+
+
+def _anchor_sample(tokens, loss_mask) -> Sample:
+    """An anchor row: no advantage, and no behaviour logprobs (the likelihood term reads none)."""
+    return Sample(list(tokens), list(loss_mask), [0.0] * len(tokens), 0.0, ANCHOR)
 
 
 def anchor_batch(samples: list[Sample], per_update: int, update: int) -> list[Sample]:

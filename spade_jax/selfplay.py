@@ -43,7 +43,7 @@ from spade_jax.envs.program import ProgramError
 from spade_jax.envs.validate import validate
 from spade_jax.evaluation.stats import wilson_interval
 from spade_jax.rl.advantages import get_advantage_estimator
-from spade_jax.rl.batch import AGENT, ANCHOR, DESIGNER
+from spade_jax.rl.batch import AGENT, DESIGNER
 from spade_jax.rl.collate import Sample
 from spade_jax.rollout import (
     ENV_ERROR_KINDS,
@@ -720,8 +720,9 @@ class SelfPlay:
             metrics.update(score_metrics)
         samples = self.fit_batch(designer, agent)
         if cfg.rl.anchor_coef > 0 and samples:  # a regulariser of updates, no update of its own
-            samples += anchor_batch(self.anchor_samples(), cfg.anchor.per_update, self.iteration)
-            metrics["anchor/samples"] = sum(s.role == ANCHOR for s in samples)
+            anchors = anchor_batch(self.anchor_samples(), cfg.anchor.per_update, self.iteration)
+            samples += anchors
+            metrics["anchor/samples"] = len(anchors)
         metrics["agent/samples"] = sum(s.role == AGENT for s in samples)
         metrics["designer/samples"] = sum(s.role == DESIGNER for s in samples)
         # what the sampler computed this iteration, every role (the device play loop is not counted)
