@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-PHASES = ("designer", "validation", "hints", "plays", "update")
+PHASES = ("designer", "validation", "hints", "plays", "anchor", "update")  # anchor: once, at the first update
 
 
 def run_once(config_name: str, overrides: list[str], out: Path) -> dict:
@@ -62,8 +62,9 @@ def run_once(config_name: str, overrides: list[str], out: Path) -> dict:
         times[key] = sum(r.get(key, 0.0) or 0.0 for r in records)
     for key in ("tokens/prefill_rows", "tokens/decode_rows", "tokens/generated_tokens"):
         times[key] = sum(r.get(key, 0) or 0 for r in records)
+    # Rows the update computed: with rl.update_rows its padding micro-batches are skipped, so the filled rows.
     times["train_tokens"] = sum(
-        (r.get("update/rows", 0) or 0) * (r.get("update/length", 0) or 0)
+        (r.get("update/filled_rows", r.get("update/rows", 0)) or 0) * (r.get("update/length", 0) or 0)
         for r in records if not r.get("update/skipped")
     )
     times["params"] = _param_count(config.model.name)
@@ -101,7 +102,7 @@ def compute_share(times: dict, rate: float) -> dict:
     params = times["params"]
     infer_s = 2 * params * (times["tokens/prefill_rows"] + times["tokens/decode_rows"]) / rate
     train_s = 8 * params * times["train_tokens"] / rate  # 6 (forward + backward) + 2 (old-policy forward)
-    sampled = sum(times[p] for p in ("designer", "hints", "plays"))
+    sampled = sum(times[p] for p in ("designer", "hints", "plays", "anchor"))
     return {
         "inference_s": infer_s, "sampling_wall_s": sampled, "inference_share": infer_s / sampled if sampled else 0.0,
         "train_s": train_s, "update_wall_s": times["update"],
@@ -155,7 +156,7 @@ def main(argv=None) -> int:
           f"{ours['params'] / 1e6:.1f}M parameters:")
     print("| part | model arithmetic at the matmul rate (s) | wall (s) | share |")
     print("|---|---|---|---|")
-    print(f"| sampling (designer + hints + plays): {ours['tokens/prefill_rows']} prefill + "
+    print(f"| sampling (designer + hints + plays + anchor): {ours['tokens/prefill_rows']} prefill + "
           f"{ours['tokens/decode_rows']} decode rows | {share['inference_s']:.1f} | {share['sampling_wall_s']:.1f} "
           f"| {share['inference_share']:.1%} |")
     print(f"| update: {ours['train_tokens']} tokens | {share['train_s']:.1f} | {share['update_wall_s']:.1f} "

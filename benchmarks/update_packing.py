@@ -29,6 +29,7 @@ VARIANTS = {
     "packed": (dict(score_loss_only=False, pack_sequences=True), True),
     "packed_bf16": (dict(score_loss_only=False, pack_sequences=True, compute_dtype="bfloat16"), True),
     "packed_loss_only": (dict(score_loss_only=True, pack_sequences=True), True),
+    "packed_loss_only_bf16": (dict(score_loss_only=True, pack_sequences=True, compute_dtype="bfloat16"), True),
 }
 
 
