@@ -426,9 +426,12 @@ class SelfPlay:
         """The anchor samples (`anchor`), made on first use: at the first update, from the starting policy."""
         if self.anchor is not None:
             return self.anchor
-        if self.iteration > 0:  # a checkpoint from before the anchor existed, or rl.anchor_coef set on resume
-            log.warning("anchor: made from the weights of iteration %d, not the starting policy's (the "
-                        "checkpoint holds none)", self.iteration)
+        # Later than the first iteration is fine while no update has landed (iterations without a sample to
+        # train on); after one (a checkpoint from before the anchor existed, or rl.anchor_coef set on resume)
+        # the replies are no longer the starting policy's.
+        if updates := int(self.learner.state.step):
+            log.warning("anchor: made from the weights after %d updates (iteration %d), not the starting "
+                        "policy's (the checkpoint holds none)", updates, self.iteration)
         a = self.cfg.anchor
         sampling = self.cfg.agent_sampling
         if a.temperature is not None:

@@ -2,6 +2,7 @@
 suite, made once, added in turn to each update, and kept by a checkpoint so a resumed run trains on the same."""
 
 import dataclasses
+import logging
 
 import pytest
 
@@ -83,7 +84,7 @@ def test_anchor_batch_takes_the_samples_in_turn():
     assert anchor_batch([], 4, 0) == []
 
 
-def test_run_adds_the_starting_policys_replies_to_each_update_and_a_checkpoint_keeps_them(tmp_path):
+def test_run_adds_the_starting_policys_replies_to_each_update_and_a_checkpoint_keeps_them(tmp_path, caplog):
     config = load_config("tiny", [
         "mode=fixed_pool", "env_pool=library:target_number", "group_size=2", "iterations=2",
         "rollout.loss_on_truncated=true", "global_batch=2", "rl.lr=1e-2", "rl.anchor_coef=0.5",
@@ -118,3 +119,16 @@ def test_run_adds_the_starting_policys_replies_to_each_update_and_a_checkpoint_k
     restored.load_state_dict(state)
     restored._play_one_turn = None  # a restored run must not answer the questions again (weights moved)
     assert [dataclasses.astuple(s) for s in restored.anchor_samples()] == [dataclasses.astuple(s) for s in kept]
+
+    # Made late: silent while no update has landed (iterations with nothing to train on), a warning after one.
+    with caplog.at_level(logging.WARNING, logger="spade_jax.selfplay"):
+        late = SelfPlay(config, policy, Learner(loaded.model, config.rl, verbose=False), EnvArchive(tmp_path / "l"),
+                        PhaseTimer())
+        late.iteration = 1
+        assert len(late.anchor_samples()) == 4
+        assert "anchor: made from the weights" not in caplog.text
+        state["anchor"] = None  # a checkpoint from before the anchor existed
+        resumed = SelfPlay(config, policy, learner, EnvArchive(tmp_path / "a"), PhaseTimer())
+        resumed.load_state_dict(state)
+        assert len(resumed.anchor_samples()) == 4
+    assert "anchor: made from the weights after 2 updates (iteration 2)" in caplog.text
