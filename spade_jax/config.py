@@ -302,13 +302,13 @@ class Config:
     # None: every sample once
     global_batch: int | None = None
     design_attempts: int = 5  # SPADE: an invalid design is generated again, up to this many attempts per pool slot
-    min_valid_envs: int = 0  # top the pool up with library environments to this many valid ones
+    min_valid_envs: int = 0  # top the pool up to this many valid environments, from env_pool if set, else the library
     train_designer: bool = True  # False: the frozen-designer ablation
     use_memory: bool = True  # False: the no-memory ablation (designer sees no past environments)
     train_on_hinted: bool = False  # also train the agent on its hinted plays
-    # fixed_pool: a directory of *.py environment programs, "library:a,b(CONST=value, ...)" for some library
-    # programs (spade_jax/envs/library), optionally with tunable constants set (an easier or harder
-    # variant), or None for the domain's whole library
+    # fixed_pool's pool, and selfplay's source of min_valid_envs top-ups: a directory of *.py environment
+    # programs, "library:a,b(CONST=value, ...)" for some library programs (spade_jax/envs/library),
+    # optionally with tunable constants set (an easier or harder variant), or None for the domain's library
     env_pool: str | None = None
     backend: str = "auto"  # environment backend: auto (JAX where the program fits), jax or sandbox
     max_parallel_episodes: int = 64  # episodes played in lockstep (each sandboxed env is a process)

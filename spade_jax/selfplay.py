@@ -284,17 +284,14 @@ class SelfPlay:
                 env.source, env.backend, env.errors = repaired, trial.backend, []
                 env.valid, env.origin = True, "designer-repaired"
 
-    def fill_from_library(self, pool: list[PoolEnv]) -> list[PoolEnv]:
-        """Tops the pool up with library environments so the agent always has `min_valid_envs` to play."""
-        from spade_jax.envs.library import library_programs
-
+    def top_up(self, pool: list[PoolEnv]) -> list[PoolEnv]:
+        """Tops the pool up to `min_valid_envs` valid environments, drawn at random from `env_pool` when
+        it is set (e.g. a small model's calibrated library variants), else from the domain's library."""
         valid = sum(e.valid for e in pool)
-        programs = library_programs(domain=self.cfg.domain)
-        order = self.rng.permutation(len(programs))
+        stock = fixed_pool_envs(self.cfg.env_pool, self.cfg.domain)
+        order = self.rng.permutation(len(stock))
         for idx in order[: max(0, self.cfg.min_valid_envs - valid)]:
-            program = programs[idx]
-            env = PoolEnv(f"lib-{program.name}", program.skill, "library", program.source, True, backend=None)
-            pool.append(self.check(env))
+            pool.append(self.check(stock[idx]))
         return pool
 
     def write_hints(self) -> None:
@@ -704,7 +701,7 @@ class SelfPlay:
             metrics["designer/attempts"] = len(attempts) / max(len(pool), 1)
             metrics["designer/repaired_rate"] = float(np.mean([e.origin == "designer-repaired" for e in pool]))
             metrics["designer/programs"] = len(pool)
-            self.pool = self.fill_from_library(pool) + self.replay_envs()
+            self.pool = self.top_up(pool) + self.replay_envs()
             with self._phase("validation"):  # top-ups and replays get their backend here, not mid-play
                 for env in self.pool if distributed.is_leader() else ():
                     try:
