@@ -306,9 +306,10 @@ class Config:
     train_designer: bool = True  # False: the frozen-designer ablation
     use_memory: bool = True  # False: the no-memory ablation (designer sees no past environments)
     train_on_hinted: bool = False  # also train the agent on its hinted plays
-    # fixed_pool's pool, and selfplay's source of min_valid_envs top-ups: a directory of *.py environment
-    # programs, "library:a,b(CONST=value, ...)" for some library programs (spade_jax/envs/library),
-    # optionally with tunable constants set (an easier or harder variant), or None for the domain's library
+    # fixed_pool's pool, and selfplay's stock (its min_valid_envs top-ups and the designer's edit and tune
+    # bases and write-mode examples): a directory of *.py environment programs, "library:a,b(CONST=value, ...)"
+    # for some library programs (spade_jax/envs/library), optionally with tunable constants set (an easier or
+    # harder variant), or None for the domain's library
     env_pool: str | None = None
     backend: str = "auto"  # environment backend: auto (JAX where the program fits), jax or sandbox
     max_parallel_episodes: int = 64  # episodes played in lockstep (each sandboxed env is a process)

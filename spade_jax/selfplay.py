@@ -16,7 +16,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -126,6 +126,7 @@ class SelfPlay:
         self.rollout = rollout
         self.memory = EnvMemory.from_config(config.curriculum)
         self.corpus = load_corpus(config.corpus)
+        self.seed_programs = seed_programs(config.env_pool, config.domain)
         self.pool: list[PoolEnv] = []
         self._compiled: dict = {}  # source sha256 -> envs.backends.Runnable
         c = config.curriculum
@@ -217,7 +218,7 @@ class SelfPlay:
         cfg = self.cfg
         requests = [
             roles.design_request(
-                self.rng, skill, self.corpus, self.memory if cfg.use_memory else None,
+                self.rng, skill, self.corpus, self.memory if cfg.use_memory else None, self.seed_programs,
                 cfg=cfg.roles, positives=cfg.curriculum.positives, negatives=cfg.curriculum.negatives,
                 domain=cfg.domain,
             )
@@ -830,6 +831,22 @@ class _BrokenEnv:
 
     def step(self, action):
         raise self.error.with_traceback(None)
+
+
+class SeedProgram(NamedTuple):
+    """A program the designer may edit, tune or be shown as an example (roles.design_request)."""
+
+    name: str
+    skill: str
+    source: str
+
+
+def seed_programs(env_pool: str | None, domain: str = "games") -> list[SeedProgram] | None:
+    """The designer's seed programs: `env_pool`'s when it is set (a small model's calibrated variants are
+    then what it edits and tunes, as they are what tops its pool up), else None: the domain's library."""
+    if not env_pool:
+        return None
+    return [SeedProgram(env.env_id, env.skill, env.source) for env in fixed_pool_envs(env_pool, domain)]
 
 
 def fixed_pool_envs(env_pool: str | None, domain: str = "games") -> list[PoolEnv]:
