@@ -3,12 +3,12 @@ reasoning-gym item per seed; `reset(seed) -> text`, `step(action) -> (text, rewa
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from spade_jax.envs.api import extract_boxed, saved_global_rng
+from spade_jax.envs.api import extract_boxed
 from spade_jax.envs.gem_adapter import make_gem_env
+from spade_jax.evaluation.rg_items import rg_item, rg_score
 from spade_jax.evaluation.suites import HELDOUT_SEED_BASE
 
 # reasoning-gym answers count as solved at this score (scores are in [0, 1]; some are partial).
@@ -46,7 +46,8 @@ class _GameEnv:
 
 
 class _ReasoningGymEnv:
-    """One reasoning-gym item per seed, answered in one turn; success is score >= 0.999."""
+    """One reasoning-gym item per seed, answered in one turn; success is score >= 0.999. Items are the
+    same in every process (evaluation.rg_items)."""
 
     def __init__(self, env_id: str):
         import reasoning_gym
@@ -54,24 +55,16 @@ class _ReasoningGymEnv:
         self.name = env_id.split(":", 1)[1]
         if self.name not in reasoning_gym.factory.DATASETS:
             raise ValueError(f"unknown reasoning-gym task {self.name!r} in {env_id!r}")
-        self._create = reasoning_gym.create_dataset
 
     def reset(self, seed: int) -> str:
-        with saved_global_rng():
-            self._dataset = self._create(self.name, size=1, seed=seed)
-            self._entry = self._dataset[0]
-        self.answer = self._entry["answer"]
-        return f"{self._entry['question'].rstrip()}\n\n{RG_ANSWER_INSTRUCTION}"
+        self._seed = seed
+        entry = rg_item(self.name, seed)
+        self.answer = entry["answer"]
+        return f"{entry['question'].rstrip()}\n\n{RG_ANSWER_INSTRUCTION}"
 
     def step(self, action: str) -> tuple[str, float, bool, bool]:
         answer = extract_boxed(action)
-        try:
-            with saved_global_rng():
-                score = float(self._dataset.score_answer(answer.strip(), self._entry)) if answer else 0.0
-        except Exception:  # some scorers raise on malformed answers: unsolved
-            score = 0.0
-        if not math.isfinite(score):
-            score = 0.0
+        score = rg_score(self.name, self._seed, answer.strip()) if answer else 0.0
         self.success = score >= RG_SUCCESS_SCORE
         return "Answer recorded.", score, True, False
 

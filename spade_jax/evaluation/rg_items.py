@@ -1,0 +1,113 @@
+"""reasoning-gym items that are the same in every process.
+
+Some generators draw from a set of strings (reasoning-gym 0.1.23's `ransom_note` picks letters with
+`rng.choice(list(self.letters))`), and a set's order follows the process's string-hash seed, which
+Python draws afresh for every process: the same task and seed gave another question in each run, so two
+evaluations of one model differed (29 and 31 of 60 `ransom_note` items solved). Unless this process was
+started with PYTHONHASHSEED=0, items are built and scored in a helper process that was (`serve`: one
+JSON request and reply per line), started on first use and kept for this process's lifetime.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from spade_jax.envs.api import saved_global_rng
+
+HASH_SEED = "0"  # the helper's PYTHONHASHSEED
+
+
+def rg_item(name: str, seed: int) -> dict[str, str]:
+    """Item `seed` of reasoning-gym task `name`: {"question": ..., "answer": ...} (the answer as text)."""
+    return _request({"op": "item", "name": name, "seed": seed})
+
+
+def rg_score(name: str, seed: int, answer: str) -> float:
+    """The task's score in [0, 1] for `answer` to item `seed` (0 when the scorer raises or is not finite)."""
+    return _request({"op": "score", "name": name, "seed": seed, "answer": answer})
+
+
+def _request(request: dict) -> Any:
+    if not sys.flags.hash_randomization:  # started with PYTHONHASHSEED=0, as the helper is
+        return _answer(request)
+    return _HELPER.ask(request)
+
+
+class _Helper:
+    """The helper process, (re)started on demand; one request at a time."""
+
+    def __init__(self):
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+
+    def ask(self, request: dict) -> Any:
+        line = json.dumps(request) + "\n"
+        with self._lock:
+            for _ in range(2):
+                if self._proc is None or self._proc.poll() is not None:
+                    self._proc = subprocess.Popen(
+                        [sys.executable, "-c", "from spade_jax.evaluation.rg_items import serve; serve()"],
+                        env={**os.environ, "PYTHONHASHSEED": HASH_SEED},
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+                    )
+                try:
+                    self._proc.stdin.write(line)
+                    self._proc.stdin.flush()
+                    reply = self._proc.stdout.readline()
+                except (BrokenPipeError, OSError):
+                    reply = ""
+                if reply:
+                    break
+                self._proc.kill()  # it died (killed, out of memory): one fresh start, then the error
+                self._proc = None
+            else:
+                raise RuntimeError("the reasoning-gym helper process (spade_jax.evaluation.rg_items) exited twice "
+                                   "without answering; its error is above")
+        reply = json.loads(reply)
+        if "error" in reply:
+            raise ValueError(reply["error"])
+        return reply["result"]
+
+
+_HELPER = _Helper()
+
+
+@functools.lru_cache(maxsize=64)
+def _dataset(name: str, seed: int):
+    import reasoning_gym
+
+    with saved_global_rng():
+        dataset = reasoning_gym.create_dataset(name, size=1, seed=seed)
+        return dataset, dataset[0]
+
+
+def _answer(request: dict) -> Any:
+    dataset, entry = _dataset(request["name"], int(request["seed"]))
+    if request["op"] == "item":
+        return {"question": str(entry["question"]), "answer": str(entry["answer"])}
+    try:
+        with saved_global_rng():
+            score = float(dataset.score_answer(request["answer"], entry))
+    except Exception:  # some scorers raise on malformed answers: unsolved
+        return 0.0
+    return score if math.isfinite(score) else 0.0
+
+
+def serve() -> None:
+    """The helper's loop: a JSON request per line on stdin, its reply on stdout (anything else the
+    generators print goes to stderr)."""
+    replies, sys.stdout = sys.stdout, sys.stderr
+    for line in sys.stdin:
+        try:
+            reply = {"result": _answer(json.loads(line))}
+        except Exception as err:  # a bad task name or seed: the caller raises it
+            reply = {"error": f"reasoning-gym: {type(err).__name__}: {err}"}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
