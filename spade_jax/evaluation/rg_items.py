@@ -70,7 +70,10 @@ class _Helper:
             else:
                 raise RuntimeError("the reasoning-gym helper process (spade_jax.evaluation.rg_items) exited twice "
                                    "without answering; its error is above")
-        reply = json.loads(reply)
+        try:
+            reply = json.loads(reply)
+        except ValueError:
+            raise RuntimeError(f"the reasoning-gym helper process answered {reply[:80]!r}, not JSON") from None
         if "error" in reply:
             raise ValueError(reply["error"])
         return reply["result"]
