@@ -17,11 +17,14 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from spade_jax.envs.api import saved_global_rng
 
 HASH_SEED = "0"  # the helper's PYTHONHASHSEED
+# The helper imports spade_jax from where this process did, whatever its sys.path was made of.
+_PACKAGE_PATH = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))
 
 
 def rg_item(name: str, seed: int) -> dict[str, str]:
@@ -54,7 +57,7 @@ class _Helper:
                 if self._proc is None or self._proc.poll() is not None:
                     self._proc = subprocess.Popen(
                         [sys.executable, "-c", "from spade_jax.evaluation.rg_items import serve; serve()"],
-                        env={**os.environ, "PYTHONHASHSEED": HASH_SEED},
+                        env={**os.environ, "PYTHONHASHSEED": HASH_SEED, "PYTHONPATH": _PACKAGE_PATH},
                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
                     )
                 try:
