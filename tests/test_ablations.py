@@ -12,7 +12,7 @@ from spade_jax.config import load_config
 from spade_jax.curriculum import EnvMemory, EnvRecord, skills_for_regeneration
 from spade_jax.curriculum.corpus import load_corpus
 from spade_jax.roles import MEMORY_NEGATIVES_HEADER, MEMORY_POSITIVES_HEADER
-from spade_jax.selfplay import SelfPlay
+from spade_jax.selfplay import SelfPlay, seed_programs
 
 SLOTS = 120  # designer prompts per config: enough for every mode of the default mix (10% write, 13.5% edit)
 MEMORY_MARK = "Remembered"  # in every memory record's class name, nowhere else
@@ -127,6 +127,7 @@ def test_selfplay_design_pool_passes_memory_and_corpus_as_the_config_says(name):
     play = SelfPlay.__new__(SelfPlay)
     play.cfg, play.policy, play.iteration, play.envs_made, play.timer = cfg, _CapturePolicy(), 0, 0, None
     play.rng, play.corpus, play.memory = np.random.default_rng(3), load_corpus(cfg.corpus), _filled_memory(cfg)
+    play.seed_programs = seed_programs(cfg.env_pool, cfg.domain)
     play.archive = type("Archive", (), {"add": lambda self, source, meta: None})()
     play.check = lambda env: env
     play.design_pool()  # empty replies are invalid: slots may be designed again, each with a fresh prompt

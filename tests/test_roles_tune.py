@@ -190,6 +190,7 @@ def test_design_pool_samples_tune_requests_in_their_own_small_batch():
     play = SelfPlay.__new__(SelfPlay)
     play.cfg, play.policy, play.iteration, play.envs_made, play.timer = cfg, _FakePolicy(), 0, 0, None
     play.rng, play.corpus, play.memory = np.random.default_rng(1), None, EnvMemory()
+    play.seed_programs = None  # default has no env_pool: the library's programs
     play.archive = type("Archive", (), {"add": lambda self, source, meta: None})()
     checked = []
     play.check = lambda env: (checked.append(env.env_id), dataclasses.replace(env, valid=True))[1]
