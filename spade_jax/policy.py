@@ -92,6 +92,7 @@ class Learner:
             samples, row_multiple=self.row_multiple, max_length=self.max_length,
             pad_id=getattr(self.model.spec, "pad_token_id", None) or 0, pack=self.cfg.pack_sequences,
             min_length=self.cfg.min_update_length, rows=self._update_rows,
+            length_multiple=self.cfg.update_length_multiple,
         )
         if self._update_rows is not None:
             batch = fill_micro_batches(batch, self.cfg.micro_batches)

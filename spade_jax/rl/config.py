@@ -57,6 +57,11 @@ class RLConfig:
     # length) pair, and each new pair costs a compile of about a minute for SmolLM2 on a 2-core CPU; with
     # pack_sequences the wider rows hold more samples each, so the padding it adds is small.
     min_update_length: int | None = None
+    # Update rows are a multiple of this many tokens wide. With min_update_length, a sample longer than
+    # it (a designer's prompt, a whole program, and its rewrite) makes the update wider: at 128 each
+    # design's length is a new shape and a new compile (minutes on a 2-core CPU, once per width and
+    # machine); at min_update_length's value the widths are 2x, 3x ... of it, a few shapes in all.
+    update_length_multiple: int = 128
     # Every update padded to this many rows (a multiple of micro_batches x batch shards; more samples
     # than that: a multiple of it). The rows are placed so that padding fills whole micro-batches, which
     # the step skips at run time (lax.cond), so a small update costs about its own rows while every
@@ -115,6 +120,8 @@ class RLConfig:
             )
         if self.min_update_length is not None and self.min_update_length <= 0:
             raise ValueError(f"min_update_length must be positive or None, got {self.min_update_length}")
+        if not isinstance(self.update_length_multiple, int) or self.update_length_multiple < 1:
+            raise ValueError(f"update_length_multiple must be an int >= 1, got {self.update_length_multiple!r}")
         from spade_jax.rl.advantages import get_advantage_estimator  # avoid a cycle
 
         get_advantage_estimator(self.agent_advantage)

@@ -95,6 +95,17 @@ def test_min_update_length_fixes_the_width_of_every_update():
         RLConfig(min_update_length=0)
 
 
+def test_a_sample_longer_than_min_update_length_widens_the_update_to_the_length_multiple():
+    long = [Sample([i % 48 for i in range(300)], [0] * 290 + [1] * 10, [0.0] * 290 + [-1.0] * 10, 1.0)]
+    for multiple, width in ((128, 384), (200, 400)):
+        cfg = RLConfig(lr=1e-2, min_update_length=200, update_length_multiple=multiple, pack_sequences=True)
+        out = Learner(tiny_decoder(0), cfg, verbose=False).update(long + _samples(1.0))
+        assert out["update/length"] == width
+    for bad in (0, 1.5):
+        with pytest.raises(ValueError, match="update_length_multiple"):
+            RLConfig(update_length_multiple=bad)
+
+
 def test_fixed_update_rows_give_updates_of_any_sample_count_one_compiled_step():
     model = tiny_decoder(0)
     learner = Learner(model, RLConfig(lr=1e-2, micro_batches=2, update_rows=8, score_loss_only=True), verbose=False)
