@@ -58,7 +58,7 @@ class RLConfig:
     # pack_sequences the wider rows hold more samples each, so the padding it adds is small.
     min_update_length: int | None = None
     # Update rows are a multiple of this many tokens wide. With min_update_length, a sample longer than
-    # it (a designer's prompt, a whole program, and its rewrite) makes the update wider: at 128 each
+    # it (a designer's request and the program it wrote) makes the update wider: at 128 each
     # design's length is a new shape and a new compile (minutes on a 2-core CPU, once per width and
     # machine); at min_update_length's value the widths are 2x, 3x ... of it, a few shapes in all.
     update_length_multiple: int = 128
