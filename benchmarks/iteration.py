@@ -64,7 +64,8 @@ def run_once(config_name: str, overrides: list[str], out: Path) -> dict:
         times[key] = sum(r.get(key, 0) or 0 for r in records)
     # Rows the update computed: with rl.update_rows its padding micro-batches are skipped, so the filled rows.
     times["train_tokens"] = sum(
-        (r.get("update/filled_rows", r.get("update/rows", 0)) or 0) * (r.get("update/length", 0) or 0)
+        r.get("update/row_tokens")
+        or (r.get("update/filled_rows", r.get("update/rows", 0)) or 0) * (r.get("update/length", 0) or 0)
         for r in records if not r.get("update/skipped")
     )
     times["params"] = _param_count(config.model.name)

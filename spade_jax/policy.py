@@ -67,6 +67,7 @@ class Learner:
         shards = 1
         if mesh is not None:
             shards = int(np.prod([mesh.shape[a] for a in ("data", "fsdp") if a in mesh.axis_names]))
+        self.shards = shards
         self.row_multiple = rl_config.micro_batches * shards
         self._update_rows = rl_config.update_rows
         if self._update_rows is not None and self._update_rows % self.row_multiple:
@@ -88,21 +89,24 @@ class Learner:
         """
         if not samples:
             return {"loss": 0.0, "update/skipped": 1, "train/skipped": 0, "train/skipped_steps": self.skipped_steps}
-        batch = collate(
-            samples, row_multiple=self.row_multiple, max_length=self.max_length,
-            pad_id=getattr(self.model.spec, "pad_token_id", None) or 0, pack=self.cfg.pack_sequences,
-            min_length=self.cfg.min_update_length, rows=self._update_rows,
-            length_multiple=self.cfg.update_length_multiple,
-        )
-        if self._update_rows is not None:
-            batch = fill_micro_batches(batch, self.cfg.micro_batches)
-        self.state, metrics = self.train_step(self.state, batch, self.ref_params)
+        short, long = self._split_by_length(samples)
+        batch = self._collate(short or long)
+        if short and long:
+            wide = self._collate(long, apart=True)
+            self.state, metrics = self.train_step(self.state, (batch, wide), self.ref_params)
+        else:
+            wide = None
+            self.state, metrics = self.train_step(self.state, batch, self.ref_params)
         out = {k: float(v) for k, v in metrics.items()}
         skipped = out["train/skipped"] > 0
         out["train/skipped"] = int(skipped)
         out["update/skipped"] = int(skipped)
         out["update/rows"], out["update/length"] = batch.tokens_bt.shape
-        out["update/filled_rows"] = int(np.asarray(batch.valid_bt).any(axis=1).sum())  # rows holding tokens
+        out["update/long_rows"], out["update/long_length"] = (0, 0) if wide is None else wide.tokens_bt.shape
+        parts = [batch] if wide is None else [batch, wide]
+        filled = [(int(np.asarray(part.valid_bt).any(axis=1).sum()), part.tokens_bt.shape[1]) for part in parts]
+        out["update/filled_rows"] = sum(rows for rows, _ in filled)  # rows holding tokens
+        out["update/row_tokens"] = sum(rows * width for rows, width in filled)  # their columns, padding included
         if not skipped:
             self.nonfinite_run = 0
             self.unwritten = True
@@ -125,6 +129,33 @@ class Learner:
                 "checkpoint is kept (lower rl.lr, or raise rl.max_nonfinite_steps)"
             )
         return out
+
+    def _split_by_length(self, samples: list[Sample]) -> tuple[list[Sample], list[Sample]]:
+        """(samples that fit `rl.min_update_length`, longer ones); all in the first without
+        `rl.long_samples_apart` or a `min_update_length`."""
+        limit = self.cfg.min_update_length
+        if limit is None or not self.cfg.long_samples_apart:
+            return samples, []
+        return [s for s in samples if len(s.tokens) <= limit], [s for s in samples if len(s.tokens) > limit]
+
+    def _collate(self, samples: list[Sample], *, apart: bool = False):
+        """The update rows of `samples`. `apart`: the long samples' batch, rows a multiple of the batch
+        shards (of `rl.micro_batches` x the shards when `rl.update_rows` is set: one shape per width),
+        dealt one row per shard to each micro-batch, so its padding rows cost no compute."""
+        pad_id = getattr(self.model.spec, "pad_token_id", None) or 0
+        common = dict(
+            max_length=self.max_length, pad_id=pad_id, pack=self.cfg.pack_sequences,
+            length_multiple=self.cfg.update_length_multiple,
+        )
+        if not apart:
+            batch = collate(
+                samples, row_multiple=self.row_multiple, min_length=self.cfg.min_update_length,
+                rows=self._update_rows, **common,
+            )
+            return batch if self._update_rows is None else fill_micro_batches(batch, self.cfg.micro_batches)
+        rows = None if self._update_rows is None else self.row_multiple
+        batch = collate(samples, row_multiple=self.shards, rows=rows, **common)
+        return fill_micro_batches(batch, batch.batch_size // self.shards)
 
     def write_back(self) -> dict:
         """Copies the state's weights into `model` and publishes them to the sampler, if an update is

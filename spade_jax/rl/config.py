@@ -62,6 +62,12 @@ class RLConfig:
     # design's length is a new shape and a new compile (minutes on a 2-core CPU, once per width and
     # machine); at min_update_length's value the widths are 2x, 3x ... of it, a few shapes in all.
     update_length_multiple: int = 128
+    # With min_update_length, samples longer than it (a designer's request and program) are updated in
+    # rows of their own width, a second set of micro-batches in the same step (one optimizer step, the
+    # same loss and gradients), so the other rows stay min_update_length wide: false puts every row at
+    # the longest sample's width, and attention runs over whole rows (a laptop update of 24 plays and
+    # 2 designs at 48 x 3584: 859 s with its compile, docs/rl.md).
+    long_samples_apart: bool = True
     # Every update padded to this many rows (a multiple of micro_batches x batch shards; more samples
     # than that: a multiple of it). The rows are placed so that padding fills whole micro-batches, which
     # the step skips at run time (lax.cond), so a small update costs about its own rows while every

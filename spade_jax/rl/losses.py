@@ -66,20 +66,27 @@ def _sequence_count(mask_bt: jax.Array, segment_ids_bt: jax.Array | None) -> jax
     return (_segment_loss_tokens(mask_bt, segment_ids_bt) > 0).sum().astype(jnp.float32)
 
 
-def loss_normalisers(batch: TrainBatch, cfg: RLConfig) -> LossNormalisers:
-    mask, anchor = policy_and_anchor_masks(batch)
-    tokens = mask.sum().astype(jnp.float32)
-    sequences = _sequence_count(mask, batch.segment_ids_bt)
+def loss_normalisers(batch: TrainBatch | tuple[TrainBatch, ...], cfg: RLConfig) -> LossNormalisers:
+    """The batch's counts; given several batches (one update's rows at different widths, `TrainStep`),
+    their sums, with the Dr.GRPO budget of the widest: the counts of one batch holding all their rows."""
+    parts = batch if isinstance(batch, tuple) else (batch,)
+    tokens = sequences = 0.0
+    role_tokens = jnp.zeros((len(ROLE_NAMES),), jnp.float32)
+    for part in parts:
+        mask, anchor = policy_and_anchor_masks(part)
+        tokens = tokens + mask.sum().astype(jnp.float32)
+        sequences = sequences + _sequence_count(mask, part.segment_ids_bt)
+        roles = part.token_roles()
+        role_tokens = role_tokens + jnp.stack(
+            [((mask | anchor) & (roles == r)).sum() for r in range(len(ROLE_NAMES))]
+        ).astype(jnp.float32)
     # Dr.GRPO's budget defaults to the row width; packed rows are as wide as the unpacked ones would be
     # (collate packs into the longest sample's bucketed width), so packing leaves it unchanged.
-    budget = cfg.dr_grpo_tokens if cfg.dr_grpo_tokens is not None else mask.shape[1]
-    roles = batch.token_roles()
-    role_tokens = jnp.stack(
-        [((mask | anchor) & (roles == r)).sum() for r in range(len(ROLE_NAMES))]
-    ).astype(jnp.float32)
+    width = max(part.tokens_bt.shape[1] for part in parts)
+    budget = cfg.dr_grpo_tokens if cfg.dr_grpo_tokens is not None else width
     return LossNormalisers(
-        tokens=tokens,
-        sequences=sequences,
+        tokens=jnp.asarray(tokens, jnp.float32),
+        sequences=jnp.asarray(sequences, jnp.float32),
         dr_grpo_denominator=sequences * float(budget),
         role_tokens=role_tokens,
     )

@@ -205,9 +205,10 @@ class TrainStep:
             params = jax.device_put(params, self.param_shardings)
         return params
 
-    def _reference_for(self, batch: TrainBatch, ref_params):
+    def _reference_for(self, batch: TrainBatch | tuple[TrainBatch, ...], ref_params):
         """The reference params the step needs for `batch`: None without KL or when the batch brings its own."""
-        if self.cfg.kl_coef == 0 or batch.ref_logprobs_bt is not None:
+        parts = batch if isinstance(batch, tuple) else (batch,)
+        if self.cfg.kl_coef == 0 or all(part.ref_logprobs_bt is not None for part in parts):
             return None
         if ref_params is None:
             raise ValueError(
@@ -227,7 +228,10 @@ class TrainStep:
             lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), state, self.state_shardings
         )
 
-    def place_batch(self, batch: TrainBatch) -> TrainBatch:
+    def place_batch(self, batch: TrainBatch, micro_batches: int | None = None) -> TrainBatch:
+        """`batch` on the devices, with its score index when `score_loss_only`; its rows must split into
+        `micro_batches` (default `cfg.micro_batches`) x the batch shards."""
+        micro_batches = self.cfg.micro_batches if micro_batches is None else micro_batches
         if self.cfg.score_loss_only and batch.score_index_bk is None:
             # With update_rows, a fixed count of columns too (one shape): a quarter of the width.
             least = 8 if self.cfg.update_rows is None else max(8, batch.tokens_bt.shape[1] // 4)
@@ -239,9 +243,9 @@ class TrainStep:
         shards = 1
         if self.batch_sharding is not None:
             shards = int(np.prod([self.mesh.shape[a] for a in batch_axes(self.mesh, self.rules)]))
-        if b % (self.cfg.micro_batches * shards):
+        if b % (micro_batches * shards):
             raise ValueError(
-                f"batch size {b} must be a multiple of micro_batches ({self.cfg.micro_batches}) x batch "
+                f"batch size {b} must be a multiple of micro_batches ({micro_batches}) x batch "
                 f"shards ({shards}); pad the batch with rows whose loss_mask_bt is all False"
             )
         if self.mesh is None:
@@ -268,19 +272,28 @@ class TrainStep:
             self._compiled[key] = compiled
         return compiled
 
+    def _place(self, batch: TrainBatch | tuple[TrainBatch, ...]):
+        """One batch, or an update's batches of different widths: the first splits into
+        `cfg.micro_batches`, the others into micro-batches of one row per batch shard."""
+        if not isinstance(batch, tuple):
+            return self.place_batch(batch)
+        return (self.place_batch(batch[0]),) + tuple(self.place_batch(part, 1) for part in batch[1:])
+
     def __call__(
-        self, state: TrainState, batch: TrainBatch, ref_params=None
+        self, state: TrainState, batch: TrainBatch | tuple[TrainBatch, ...], ref_params=None
     ) -> tuple[TrainState, dict[str, jax.Array]]:
-        """One update. With `kl_coef > 0` the reference logprobs come from `batch.ref_logprobs_bt` if
-        set, else from `ref_params` (`reference_params(model)`) inside the step."""
-        batch = self.place_batch(batch)
+        """One update of `batch`, or of a tuple of batches as one (their rows' loss and gradients summed,
+        normalised over all of them; `Learner` puts samples much longer than the rest in a batch of
+        their own width). With `kl_coef > 0` the reference logprobs come from `batch.ref_logprobs_bt`
+        if set, else from `ref_params` (`reference_params(model)`) inside the step."""
+        batch = self._place(batch)
         ref_params = self._reference_for(batch, ref_params)
         if ref_params is None:
             return self.compile(state, batch)(state, batch)
         return self.compile(state, batch, ref_params)(state, batch, ref_params)
 
-    def memory_report(self, state: TrainState, batch: TrainBatch, ref_params=None) -> str:
-        batch = self.place_batch(batch)
+    def memory_report(self, state: TrainState, batch: TrainBatch | tuple[TrainBatch, ...], ref_params=None) -> str:
+        batch = self._place(batch)
         return format_memory(self.compile(state, batch, self._reference_for(batch, ref_params)))
 
     def sampling_model(self, state: TrainState, model: nnx.Module) -> nnx.Module:
@@ -371,38 +384,61 @@ def make_train_step(
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-    def step_fn(state: TrainState, batch: TrainBatch, ref_params=None):
-        norm = loss_normalisers(batch, cfg)
+    shards = 1
+    if mesh is not None:
+        shards = int(np.prod([mesh.shape[a] for a in batch_axes(mesh, rules)]))
+
+    def part_grads(params, part: TrainBatch, micro_count: int, skip_empty: bool, norm, ref_params):
+        """float32 gradients and metrics of one batch, summed over `micro_count` micro-batches (a
+        `lax.scan`); with `skip_empty`, a micro-batch of padding rows only costs no compute."""
+
+        def micro_step(micro_batch):
+            (_, mb_metrics), mb_grads = grad_fn(params, micro_batch, norm, ref_params)
+            return jax.tree.map(lambda g: g.astype(jnp.float32), mb_grads), mb_metrics
+
+        if micro_count == 1 and not skip_empty:
+            return micro_step(part)
+        micro = jax.tree.map(lambda x: _split_micro_batches(x, micro_count), part)
+        if mb_sharding is not None:
+            micro = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, mb_sharding), micro)
+        first = jax.tree.map(lambda x: x[0], micro)
+        metric_shapes = jax.eval_shape(lambda p, mb, rp: loss_fn(p, mb, norm, rp)[1], params, first, ref_params)
+        zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
+        zero_grads = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+        if p_shardings is not None:
+            zero_grads = jax.lax.with_sharding_constraint(zero_grads, p_shardings)
+
+        def accumulate(carry, micro_batch):
+            grads_acc, metrics_acc = carry
+            if skip_empty:  # a micro-batch of padding rows only (fill_micro_batches) is skipped: no compute
+                mb_grads, mb_metrics = jax.lax.cond(
+                    jnp.any(micro_batch.valid_bt), micro_step, lambda _: (zero_grads, zero_metrics), micro_batch
+                )
+            else:
+                mb_grads, mb_metrics = micro_step(micro_batch)
+            grads_acc = jax.tree.map(jnp.add, grads_acc, mb_grads)
+            return (grads_acc, jax.tree.map(jnp.add, metrics_acc, mb_metrics)), None
+
+        (grads, metrics), _ = jax.lax.scan(accumulate, (zero_grads, zero_metrics), micro)
+        return grads, metrics
+
+    def step_fn(state: TrainState, batch: TrainBatch | tuple[TrainBatch, ...], ref_params=None):
+        # Several batches: one update's rows at different widths (Learner, rl.long_samples_apart). The
+        # first is split into cfg.micro_batches; each later one into micro-batches of one row per batch
+        # shard, padding-only ones skipped, so its few long rows cost about their own compute.
+        parts = batch if isinstance(batch, tuple) else (batch,)
+        norm = loss_normalisers(parts, cfg)
         params = state.params
-        if m == 1:
-            (_, metrics), grads = grad_fn(params, batch, norm, ref_params)
+        if len(parts) == 1 and m == 1:
+            (_, metrics), grads = grad_fn(params, parts[0], norm, ref_params)
         else:
-            micro = jax.tree.map(lambda x: _split_micro_batches(x, m), batch)
-            if mb_sharding is not None:
-                micro = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, mb_sharding), micro)
-            first = jax.tree.map(lambda x: x[0], micro)
-            metric_shapes = jax.eval_shape(lambda p, mb, rp: loss_fn(p, mb, norm, rp)[1], params, first, ref_params)
-            zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
-            zero_grads = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-            if p_shardings is not None:
-                zero_grads = jax.lax.with_sharding_constraint(zero_grads, p_shardings)
-
-            def micro_step(micro_batch):
-                (_, mb_metrics), mb_grads = grad_fn(params, micro_batch, norm, ref_params)
-                return jax.tree.map(lambda g: g.astype(jnp.float32), mb_grads), mb_metrics
-
-            def accumulate(carry, micro_batch):
-                grads_acc, metrics_acc = carry
-                if cfg.update_rows is None:
-                    mb_grads, mb_metrics = micro_step(micro_batch)
-                else:  # a micro-batch of padding rows only (fill_micro_batches) is skipped: no compute
-                    mb_grads, mb_metrics = jax.lax.cond(
-                        jnp.any(micro_batch.valid_bt), micro_step, lambda _: (zero_grads, zero_metrics), micro_batch
-                    )
-                grads_acc = jax.tree.map(jnp.add, grads_acc, mb_grads)
-                return (grads_acc, jax.tree.map(jnp.add, metrics_acc, mb_metrics)), None
-
-            (grads, metrics), _ = jax.lax.scan(accumulate, (zero_grads, zero_metrics), micro)
+            grads = metrics = None
+            for i, part in enumerate(parts):
+                micro_count = m if i == 0 else part.batch_size // shards
+                skip_empty = cfg.update_rows is not None if i == 0 else True
+                g, mt = part_grads(params, part, micro_count, skip_empty, norm, ref_params)
+                grads = g if grads is None else jax.tree.map(jnp.add, grads, g)
+                metrics = mt if metrics is None else jax.tree.map(jnp.add, metrics, mt)
             grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
         grad_norm = optax.tree.norm(grads)
         updates, opt_state = optimizer.update(grads, state.opt_state, params)

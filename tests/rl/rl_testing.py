@@ -70,3 +70,25 @@ def with_empty_rows(batch, rows):
 
     fields = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
     return batch.replace(**{name: pad(value) for name, value in fields.items() if value is not None})
+
+
+def split_by_width(batch, first_rows: int, width: int):
+    """(`batch`'s first `first_rows` rows, the rest padded on the right to `width` columns): one update's
+    rows as two batches of different widths, as the Learner makes them for long samples."""
+    fields = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+
+    def rows(value, part):
+        value = np.asarray(value)
+        return value[:first_rows] if part == 0 else value[first_rows:]
+
+    def widen(name, value):
+        if value.ndim < 2:
+            return value
+        extra = width - value.shape[1]
+        if name == "positions_bt":  # the padding columns' positions follow on (they attend to nothing)
+            return np.concatenate([value, value[:, -1:] + 1 + np.arange(extra, dtype=value.dtype)], axis=1)
+        return np.pad(value, ((0, 0), (0, extra)))
+
+    first = batch.replace(**{n: rows(v, 0) for n, v in fields.items() if v is not None})
+    second = batch.replace(**{n: widen(n, rows(v, 1)) for n, v in fields.items() if v is not None})
+    return first, second

@@ -1,5 +1,6 @@
 """Subprocess body for test_train_step: on 8 CPU devices, a sharded (and micro-batched) step equals the
-unsharded one (also with rl.update_rows: padded rows, their micro-batches skipped), with the KL's
+unsharded one (also with rl.update_rows: padded rows, their micro-batches skipped; and with the batch
+given as two batches of different widths), with the KL's
 reference logprobs computed inside the step from reference params sharded like the policy's, and a
 checkpoint restores into the same shardings. Prints one JSON line with the differences.
 
@@ -16,13 +17,13 @@ import jax
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from rl_testing import make_train_batch, tiny_decoder, with_empty_rows
+from rl_testing import make_train_batch, split_by_width, tiny_decoder, with_empty_rows
 
 from spade_jax.mesh import MeshConfig, make_mesh
 from spade_jax.rl import RLConfig, make_train_step
 
 
-def run(mesh, micro_batches, steps=2, checkpoint_dir=None, update_rows=None):
+def run(mesh, micro_batches, steps=2, checkpoint_dir=None, update_rows=None, split=False):
     from spade_jax.rl.collate import fill_micro_batches
 
     model = tiny_decoder(0)
@@ -38,6 +39,8 @@ def run(mesh, micro_batches, steps=2, checkpoint_dir=None, update_rows=None):
         batch = make_train_batch(i, batch=16)
         if update_rows:  # padded, the padding in micro-batches of its own (skipped by the step)
             batch = fill_micro_batches(with_empty_rows(batch, update_rows), micro_batches)
+        if split:  # the last 8 rows in a batch of their own, wider (the Learner's long samples apart)
+            batch = split_by_width(batch, 8, 20)
         state, metrics = step(state, batch, ref_params)
         history.append({k: float(v) for k, v in metrics.items()})
     if checkpoint_dir is not None:  # sharded save, then restore straight into the mesh shardings
@@ -62,6 +65,7 @@ def main():
     plain_hist, plain_params, _ = run(None, 1)
     sharded_hist, sharded_params, specs = run(mesh, 2, checkpoint_dir=sys.argv[1] if len(sys.argv) > 1 else None)
     fixed_hist, fixed_params, _ = run(mesh, 4, update_rows=64)
+    split_hist, split_params, _ = run(mesh, 2, split=True)
 
     def param_diff(params):
         return max(float(np.max(np.abs(a - b))) for a, b in zip(jax.tree.leaves(plain_params), jax.tree.leaves(params)))
@@ -74,6 +78,8 @@ def main():
         "metric_diff": metric_diff(sharded_hist),
         "fixed_rows_param_diff": param_diff(fixed_params),  # rl.update_rows: padded, skipped micro-batches
         "fixed_rows_metric_diff": metric_diff(fixed_hist),
+        "split_param_diff": param_diff(split_params),  # two batches of different widths, one step
+        "split_metric_diff": metric_diff(split_hist),
         "sharded_params": sum("fsdp" in s or "tensor" in s for s in specs),
         "loss": [h["loss"] for h in sharded_hist],
         "kl": [h["kl"] for h in sharded_hist],

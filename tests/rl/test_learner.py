@@ -11,6 +11,7 @@ from rl_testing import tiny_decoder
 
 from spade_jax.policy import Learner
 from spade_jax.rl import RLConfig
+from spade_jax.rl.batch import DESIGNER
 from spade_jax.rl.collate import Sample
 from spade_jax.rl.train import TrainingDiverged
 
@@ -95,15 +96,43 @@ def test_min_update_length_fixes_the_width_of_every_update():
         RLConfig(min_update_length=0)
 
 
+def _long_sample(length: int = 300, advantage: float = 1.0) -> Sample:
+    return Sample([i % 48 for i in range(length)], [0] * (length - 10) + [1] * 10,
+                  [0.0] * (length - 10) + [-1.0] * 10, advantage, role=DESIGNER)
+
+
 def test_a_sample_longer_than_min_update_length_widens_the_update_to_the_length_multiple():
-    long = [Sample([i % 48 for i in range(300)], [0] * 290 + [1] * 10, [0.0] * 290 + [-1.0] * 10, 1.0)]
-    for multiple, width in ((128, 384), (200, 400)):
-        cfg = RLConfig(lr=1e-2, min_update_length=200, update_length_multiple=multiple, pack_sequences=True)
-        out = Learner(tiny_decoder(0), cfg, verbose=False).update(long + _samples(1.0))
-        assert out["update/length"] == width
+    for multiple, short, width in ((128, 256, 384), (200, 200, 400)):
+        cfg = RLConfig(lr=1e-2, min_update_length=200, update_length_multiple=multiple, pack_sequences=True,
+                       long_samples_apart=False)
+        out = Learner(tiny_decoder(0), cfg, verbose=False).update([_long_sample()] + _samples(1.0))
+        assert out["update/length"] == width and out["update/long_rows"] == 0
+        apart = Learner(tiny_decoder(0), cfg.replace(long_samples_apart=True), verbose=False)
+        out = apart.update([_long_sample()] + _samples(1.0))
+        assert (out["update/length"], out["update/long_rows"], out["update/long_length"]) == (short, 1, width)
     for bad in (0, 1.5):
         with pytest.raises(ValueError, match="update_length_multiple"):
             RLConfig(update_length_multiple=bad)
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_long_samples_apart_give_the_update_of_one_batch_at_the_longest_width(pack):
+    """rl.long_samples_apart: the rows longer than min_update_length in a batch of their own width, the
+    others at min_update_length, one step: the same loss, metrics and weights as every row at the widest."""
+    samples = _samples(1.0) + _samples(-0.5)[:3] + [_long_sample(300, 1.0), _long_sample(260, -2.0)]
+    cfg = RLConfig(lr=1e-2, adam_eps=1.0, micro_batches=2, update_rows=8, min_update_length=64,
+                   pack_sequences=pack, score_loss_only=True)
+    together = Learner(tiny_decoder(0), cfg.replace(long_samples_apart=False), verbose=False)
+    apart = Learner(tiny_decoder(0), cfg, verbose=False)
+    for _ in range(2):
+        one, two = together.update(samples), apart.update(samples)
+        assert one["update/length"] == 384 and one["update/long_rows"] == 0
+        assert (two["update/length"], two["update/long_length"]) == (128, 384)
+        assert two["update/long_rows"] == 2 and two["update/filled_rows"] == (3 if pack else 9)
+        for key in ("loss", "pg_loss", "entropy", "grad_norm", "tokens", "sequences", "designer/tokens"):
+            np.testing.assert_allclose(two[key], one[key], rtol=1e-5, atol=1e-7, err_msg=key)
+    for a, b in zip(_model_params(together.model), _model_params(apart.model)):
+        np.testing.assert_allclose(b, a, atol=1e-6)
 
 
 def test_fixed_update_rows_give_updates_of_any_sample_count_one_compiled_step():

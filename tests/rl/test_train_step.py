@@ -12,7 +12,7 @@ import optax
 import pytest
 import torch
 from flax import nnx
-from rl_testing import make_train_batch, tiny_decoder, with_empty_rows
+from rl_testing import make_train_batch, split_by_width, tiny_decoder, with_empty_rows
 
 from spade_jax.rl import RLConfig, make_optimizer, make_train_step, token_logprobs
 
@@ -173,6 +173,7 @@ def test_sharded_step_on_8_cpu_devices_equals_unsharded(tmp_path):
     assert result["param_diff"] < 1e-6, result
     assert result["metric_diff"] < 1e-5, result
     assert result["fixed_rows_param_diff"] < 1e-6 and result["fixed_rows_metric_diff"] < 1e-5, result
+    assert result["split_param_diff"] < 1e-6 and result["split_metric_diff"] < 1e-5, result
     assert result["kl"][0] == 0.0 and result["kl"][1] > 0.0, result  # reference = starting weights
 
 
@@ -252,6 +253,25 @@ def test_fixed_update_rows_skip_padding_micro_batches_with_the_same_update(singl
         history.append({k: float(v) for k, v in metrics.items()})
     assert len(train_step._compiled) == 1
     _assert_same_updates(history, state, hist_one, state_one)
+
+
+@pytest.mark.parametrize("changes", [
+    {},  # token aggregation, KL from the batch
+    {"aggregation": "sequence", "score_loss_only": True},
+    {"aggregation": "dr_grpo", "dr_grpo_tokens": 16, "update_rows": 8},
+])
+def test_a_batch_given_as_two_batches_of_different_widths_gives_the_same_update(changes):
+    """The Learner's long samples apart: rows split into a batch at the batch's width and a wider one
+    (right-padded) make one step with the one-shot step's metrics and params."""
+    cfg = CFG.replace(micro_batches=2, **changes)
+    expected_state, expected = _run(cfg.replace(update_rows=None), model=tiny_decoder(0))
+    model = tiny_decoder(0)
+    train_step = make_train_step(model, cfg, verbose=False)
+    state, history = train_step.init(model), []
+    for i in range(2):
+        state, metrics = train_step(state, split_by_width(make_train_batch(i, ref=True), 4, 20))
+        history.append({k: float(v) for k, v in metrics.items()})
+    _assert_same_updates(history, state, expected, expected_state)
 
 
 def test_update_rows_must_split_into_micro_batches():
