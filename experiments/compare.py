@@ -1,6 +1,6 @@
 """Fixed-pool GRPO vs SPADE vs a frozen designer: same model, same budget, several seeds, same held-out suite.
 
-python -m experiments.compare [--minutes M] [--iterations N] [--seeds 0,1,2] [--arm-base CONFIG]
+python -m experiments.compare [--minutes M] [--iterations N] [--seeds 0,1,2] [--arm-base CONFIG] [--arms A,B]
     [--suite quick|heldout|small] [--episodes E] [--batch-size B] [--out DIR] [key=value ...]
 
 With --minutes every arm trains for the same wall-clock budget (each run stops after the iteration
@@ -82,6 +82,9 @@ def parse_args(argv):
     parser.add_argument("--arm-base", default=None,
                         help="config the arms share (e.g. laptop): it as a fixed pool, as SPADE and as SPADE with a "
                              "frozen designer (default: the fixed_pool, default and frozen_designer configs)")
+    parser.add_argument("--arms", default=None,
+                        help="comma-separated arms to run, of base, fixed_pool, spade, frozen_designer (default: all); "
+                             "rows already made for the others are not redone, so the full command later reuses them")
     parser.add_argument("--suite", default="quick", help="held-out suite: quick, heldout or small")
     parser.add_argument("--episodes", type=int, default=None, help="episodes per eval task (default: the suite's)")
     parser.add_argument("--out", default="runs/compare", help="directory for the runs, the table and the plots")
@@ -121,6 +124,13 @@ def main(argv=None) -> int:
         print(f"error: --suite: {err}", file=sys.stderr)
         return 2
     arms = arms_from_base(args.arm_base) if args.arm_base else ARMS
+    if args.arms is not None:
+        keys = [key.strip() for key in args.arms.split(",") if key.strip()]
+        unknown = sorted(set(keys) - {arm.key for arm in arms})
+        if unknown or not keys:
+            print(f"error: --arms {args.arms!r}: choose from {', '.join(arm.key for arm in arms)}", file=sys.stderr)
+            return 2
+        arms = tuple(arm for arm in arms if arm.key in keys)
     out = Path(args.out)
     try:
         (out / "rows").mkdir(parents=True, exist_ok=True)

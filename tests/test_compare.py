@@ -103,6 +103,17 @@ def test_a_saved_row_of_other_settings_is_not_reused(tmp_path, fake_score):
     assert [(key, seed) for key, seed, *_ in fake_score] == [("spade", 3)]
 
 
+def test_arms_runs_those_arms_only_and_the_full_command_later_keeps_their_rows(tmp_path, fake_score):
+    argv = ["--iterations", "2", "--seeds", "0,1", "--out", str(tmp_path), "model.name=tiny"]
+    assert compare.main([*argv, "--arms", "base, spade"]) == 0
+    assert [(key, seed) for key, seed, *_ in fake_score] == [("base", 0), ("spade", 0), ("spade", 1)]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [a["arm"] for a in results["arms"]] == ["base model (no training)", "SPADE"]
+    fake_score.clear()
+    assert compare.main(argv) == 0  # the other arms only
+    assert {key for key, *_ in fake_score} == {"fixed_pool", "frozen_designer"} and len(fake_score) == 4
+
+
 def test_arm_base_runs_the_three_methods_on_one_configs_settings():
     laptop = load_config("laptop")
     configs = {arm.key: load_config(arm.config, ["seed=1", *arm.overrides]) for arm in compare.arms_from_base("laptop")}
@@ -148,6 +159,7 @@ def test_seeds_are_pooled_into_one_row_per_arm():
     (["--batch-size", "0"], "--batch-size must be >= 1"),
     (["--suite", "nope"], "--suite: unknown suite 'nope'"),
     (["--arm-base", "no_such_config", "model.name=tiny"], "config 'no_such_config' not found"),
+    (["--arms", "spade,nope", "model.name=tiny"], "--arms 'spade,nope': choose from base, fixed_pool"),
 ])
 def test_bad_arguments_are_one_line_errors(tmp_path, argv, message, capsys):
     assert compare.main([*argv, "--out", str(tmp_path / "out")]) == 2
