@@ -66,7 +66,7 @@ class RLConfig:
     # rows of their own width, a second set of micro-batches in the same step (one optimizer step, the
     # same loss and gradients), so the other rows stay min_update_length wide: false puts every row at
     # the longest sample's width, and attention runs over whole rows (a laptop update of 24 plays and
-    # 2 designs at 48 x 3584: 859 s with its compile, docs/rl.md).
+    # 2 designs: 771 s at 48 x 3584 against 502 s apart, benchmarks/update_widths.py).
     long_samples_apart: bool = True
     # Every update padded to this many rows (a multiple of micro_batches x batch shards; more samples
     # than that: a multiple of it). The rows are placed so that padding fills whole micro-batches, which
