@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from spade_jax.rl.collate import Sample, collate, fill_micro_batches
-from spade_jax.rl.train import TrainingDiverged, make_train_step
+from spade_jax.rl.train import TrainingDiverged, batch_shards, make_train_step
 from spade_jax.sampling import Sampler, SamplingConfig
 
 log = logging.getLogger("spade_jax.policy")
@@ -64,10 +64,7 @@ class Learner:
         self.train_step = make_train_step(model, rl_config, mesh, verbose=verbose)
         self.state = self.train_step.init(model)
         self.ref_params = self.train_step.reference_params(model)  # KL anchor; None when rl.kl_coef == 0
-        shards = 1
-        if mesh is not None:
-            shards = int(np.prod([mesh.shape[a] for a in ("data", "fsdp") if a in mesh.axis_names]))
-        self.shards = shards
+        self.shards = shards = batch_shards(mesh, self.train_step.rules)
         self.row_multiple = rl_config.micro_batches * shards
         self._update_rows = rl_config.update_rows
         if self._update_rows is not None and self._update_rows % self.row_multiple:

@@ -72,6 +72,11 @@ def batch_axes(mesh: Mesh | None, rules=None) -> tuple[str, ...]:
     return tuple(a for a in rule if mesh.shape.get(a, 1) > 1)
 
 
+def batch_shards(mesh: Mesh | None, rules=None) -> int:
+    """How many pieces the batch rows are split into (the product of `batch_axes`' sizes)."""
+    return int(np.prod([mesh.shape[a] for a in batch_axes(mesh, rules)])) if mesh is not None else 1
+
+
 def prepare_batch(batch: TrainBatch) -> TrainBatch:
     """Host-side: checks shapes and fixes dtypes so one compiled step serves every batch of a shape."""
     batch.check()
@@ -240,9 +245,7 @@ class TrainStep:
             batch = batch.replace(score_index_bk=None)
         batch = prepare_batch(batch)
         b = batch.batch_size
-        shards = 1
-        if self.batch_sharding is not None:
-            shards = int(np.prod([self.mesh.shape[a] for a in batch_axes(self.mesh, self.rules)]))
+        shards = batch_shards(self.mesh, self.rules)
         if b % (micro_batches * shards):
             raise ValueError(
                 f"batch size {b} must be a multiple of micro_batches ({micro_batches}) x batch "
@@ -384,9 +387,7 @@ def make_train_step(
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-    shards = 1
-    if mesh is not None:
-        shards = int(np.prod([mesh.shape[a] for a in batch_axes(mesh, rules)]))
+    shards = batch_shards(mesh, rules)
 
     def part_grads(params, part: TrainBatch, micro_count: int, skip_empty: bool, norm, ref_params):
         """float32 gradients and metrics of one batch, summed over `micro_count` micro-batches (a
