@@ -73,6 +73,9 @@ class Learner:
                 f"({rl_config.micro_batches} x {shards})"
             )
         self.max_length = model.spec.max_position
+        # splash attention reads segment ids, not the dense mask that shows a shared prompt to its samples
+        self._share_prefixes = (rl_config.pack_sequences and rl_config.share_prefixes
+                                and getattr(model, "attention_impl", None) != "splash")
         # Host-side counters (not checkpointed: a resumed run counts from 0 again).
         self.skipped_steps = 0  # non-finite steps skipped since this Learner was made
         self.nonfinite_run = 0  # non-finite steps in a row, up to the latest
@@ -104,6 +107,8 @@ class Learner:
         filled = [(int(np.asarray(part.valid_bt).any(axis=1).sum()), part.tokens_bt.shape[1]) for part in parts]
         out["update/filled_rows"] = sum(rows for rows, _ in filled)  # rows holding tokens
         out["update/row_tokens"] = sum(rows * width for rows, width in filled)  # their columns, padding included
+        # tokens through the model: a prompt shared by samples in a row (rl.share_prefixes) counts once
+        out["update/model_tokens"] = sum(int(np.asarray(part.valid_bt).sum()) for part in parts)
         if not skipped:
             self.nonfinite_run = 0
             self.unwritten = True
@@ -142,7 +147,7 @@ class Learner:
         pad_id = getattr(self.model.spec, "pad_token_id", None) or 0
         common = dict(
             max_length=self.max_length, pad_id=pad_id, pack=self.cfg.pack_sequences,
-            length_multiple=self.cfg.update_length_multiple,
+            length_multiple=self.cfg.update_length_multiple, share_prefixes=self._share_prefixes,
         )
         if not apart:
             batch = collate(

@@ -68,6 +68,11 @@ class RLConfig:
     # the longest sample's width, and attention runs over whole rows (a laptop update of 24 plays and
     # 2 designs: 771 s at 48 x 3584 against 502 s apart, benchmarks/update_widths.py).
     long_samples_apart: bool = True
+    # With pack_sequences, samples that begin with the same prompt (tokens before their first generated
+    # token: a GRPO group's plays of one instance, `group_instances: shared`) store it once per row, and
+    # their own tokens attend to it there: the same loss and gradients with fewer tokens through the
+    # model. Beyond the reference (one row per sample); off where attention is splash (segment ids only)
+    share_prefixes: bool = True
     # Every update padded to this many rows (a multiple of micro_batches x batch shards; more samples
     # than that: a multiple of it). The rows are placed so that padding fills whole micro-batches, which
     # the step skips at run time (lax.cond), so a small update costs about its own rows while every

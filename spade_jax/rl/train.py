@@ -85,7 +85,7 @@ def prepare_batch(batch: TrainBatch) -> TrainBatch:
         "behaviour_logprobs_bt": jnp.float32, "advantages_b": jnp.float32, "advantages_bt": jnp.float32,
         "old_logprobs_bt": jnp.float32, "ref_logprobs_bt": jnp.float32, "role_b": jnp.int32,
         "is_stale_b": bool, "score_index_bk": jnp.int32, "role_bt": jnp.int32, "is_stale_bt": bool,
-        "segment_ids_bt": jnp.int32,
+        "segment_ids_bt": jnp.int32, "prefix_ids_bt": jnp.int32,
     }
     changes = {}
     for name, dtype in casts.items():
@@ -366,11 +366,12 @@ def make_train_step(
         """[B, T] logprobs of the batch's tokens: at its loss columns when it carries their index."""
         if mb.score_index_bk is None:
             return token_logprobs(
-                model, mb.tokens_bt, mb.positions_bt, mb.valid_bt, cfg.logprob_chunk, mb.segment_ids_bt
+                model, mb.tokens_bt, mb.positions_bt, mb.valid_bt, cfg.logprob_chunk, mb.segment_ids_bt,
+                mb.prefix_ids_bt,
             )
         return token_logprobs_at(
             model, mb.tokens_bt, mb.positions_bt, mb.valid_bt, mb.score_index_bk, cfg.logprob_chunk,
-            mb.segment_ids_bt,
+            mb.segment_ids_bt, mb.prefix_ids_bt,
         )
 
     def with_reference(micro_batch, ref_params):
