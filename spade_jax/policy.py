@@ -5,6 +5,7 @@ Both share the NNX model: after each update the learner writes the new params in
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -42,6 +43,16 @@ class Policy:
                 prompt = prompt[-room:]
             fitted.append(prompt)
         return self.sampler.generate(fitted, config, key)
+
+
+def without_tail(sample: Sample) -> Sample:
+    """`sample` without the tokens after its last loss token (an observation that came after the last reply
+    of a play that ran out of turns or context): nothing reads them, as no loss token sees a later one."""
+    last = max((t for t, m in enumerate(sample.loss_mask) if m), default=len(sample.tokens) - 1) + 1
+    if last >= len(sample.tokens):
+        return sample
+    return dataclasses.replace(sample, tokens=sample.tokens[:last], loss_mask=sample.loss_mask[:last],
+                               behaviour_logprobs=sample.behaviour_logprobs[:last])
 
 
 class Learner:
@@ -89,7 +100,7 @@ class Learner:
         """
         if not samples:
             return {"loss": 0.0, "update/skipped": 1, "train/skipped": 0, "train/skipped_steps": self.skipped_steps}
-        short, long = self._split_by_length(samples)
+        short, long = self._split_by_length([without_tail(s) for s in samples])
         batch = self._collate(short or long)
         if short and long:
             wide = self._collate(long, apart=True)

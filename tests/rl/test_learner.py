@@ -10,9 +10,9 @@ from flax import nnx
 from rl_testing import tiny_decoder
 
 from spade_jax.policy import Learner
-from spade_jax.rl import RLConfig
+from spade_jax.rl import RLConfig, make_train_step
 from spade_jax.rl.batch import DESIGNER
-from spade_jax.rl.collate import Sample
+from spade_jax.rl.collate import Sample, collate
 from spade_jax.rl.train import TrainingDiverged
 
 
@@ -168,4 +168,27 @@ def test_shared_prompts_give_the_update_of_one_copy_per_sample_in_fewer_rows():
         for key in ("loss", "pg_loss", "entropy", "grad_norm", "tokens", "sequences"):
             np.testing.assert_allclose(two[key], one[key], rtol=1e-5, atol=1e-7, err_msg=key)
     for a, b in zip(_model_params(copied.model), _model_params(shared.model)):
+        np.testing.assert_allclose(b, a, atol=1e-6)
+
+
+def test_tokens_after_the_last_reply_are_left_out_of_the_update_and_change_nothing():
+    """A play that ran out of turns ends with an observation no loss token sees: the Learner drops it,
+    and its update equals the train step's on the whole samples."""
+    rng = np.random.default_rng(5)
+    samples = []
+    for i in range(4):
+        tokens = rng.integers(0, 48, 30).tolist()
+        loss = [0] * 6 + [1] * 5 + [0] * 7 + [1] * 4 + [0] * 8  # 8 tokens after the last reply
+        samples.append(Sample(tokens, loss, [-1.0 if m else 0.0 for m in loss], float(i % 2) - 0.5))
+    cfg = RLConfig(lr=1e-2, adam_eps=1.0, micro_batches=2, min_update_length=32, update_length_multiple=32)
+    learner = Learner(tiny_decoder(0), cfg, verbose=False)
+    got = learner.update(samples)
+    assert got["update/model_tokens"] == 4 * 22
+    model = tiny_decoder(0)
+    step = make_train_step(model, cfg, verbose=False)
+    state, want = step(step.init(model), collate(samples, row_multiple=2, min_length=32, length_multiple=32))
+    for key in ("loss", "pg_loss", "entropy", "grad_norm", "tokens", "sequences"):
+        np.testing.assert_allclose(got[key], float(want[key]), rtol=1e-5, atol=1e-7, err_msg=key)
+    step.write_params(model, state)
+    for a, b in zip(_model_params(model), _model_params(learner.model)):
         np.testing.assert_allclose(b, a, atol=1e-6)
