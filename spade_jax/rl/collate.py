@@ -6,6 +6,7 @@ rarely. With `pack`, several samples share a row (first-fit decreasing), told ap
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 import numpy as np
@@ -88,7 +89,7 @@ def collate(
     at least `min_length` wide (bucketed), whatever the batch's longest sample: one width for every batch.
     With `rows`, the rows are a multiple of it (`RLConfig.update_rows`): one shape for every batch that fits.
     With `pack` and `share_prefixes`, samples with the same prompt (their tokens up to the first loss token:
-    a GRPO group's plays of one instance) store it once per row (`shared_prompts`).
+    a GRPO group's plays of one instance) store it once per row (`_pack_rows`).
     """
     if not samples:
         raise ValueError("collate needs at least one sample")
@@ -148,23 +149,19 @@ class _Unit:
     shared: int
 
 
-def prompt_groups(samples: list[Sample], lengths: list[int], minimum: int = MIN_SHARED_PROMPT) -> list[int]:
-    """Per sample, the length of the prompt it shares with another sample of the same role and staleness
-    (its tokens before its first loss token, less that prompt's last token), 0 for none; samples with equal
-    non-zero values and equal first tokens through it form a group (`group_of`)."""
+def prompt_keys(samples: list[Sample], lengths: list[int], minimum: int = MIN_SHARED_PROMPT) -> list[tuple | None]:
+    """Per sample, (role, staleness, prompt) when another sample has the same, else None. Its prompt: its
+    tokens before its first loss token, less the last of them, if at least `minimum`."""
     first_loss = [next((t for t, m in enumerate(s.loss_mask[:n]) if m), n) for s, n in zip(samples, lengths)]
     keys = [(s.role, s.stale, tuple(s.tokens[: f - 1])) if f - 1 >= minimum else None
             for s, f in zip(samples, first_loss)]
-    counts: dict[tuple, int] = {}
-    for key in keys:
-        if key is not None:
-            counts[key] = counts.get(key, 0) + 1
-    return [len(key[2]) if key is not None and counts[key] > 1 else 0 for key in keys]
+    counts = collections.Counter(key for key in keys if key is not None)
+    return [key if key is not None and counts[key] > 1 else None for key in keys]
 
 
 def _pack_rows(samples: list[Sample], lengths: list[int], width: int, share_prefixes: bool) -> list[list[_Unit]]:
     """First-fit decreasing into rows of `width`. With `share_prefixes`, a sample whose prompt is shared
-    (`prompt_groups`) joins a row that holds its prompt already when its own part fits there, and pays
+    (`prompt_keys`) joins a row that holds its prompt already when its own part fits there, and pays
     for the prompt only where it opens a row's copy of it; so each row stores a group's prompt once and
     every member after the first costs its own tokens only.
 
@@ -173,8 +170,8 @@ def _pack_rows(samples: list[Sample], lengths: list[int], width: int, share_pref
     scores) never holds a loss token. Exact: every token sees the same keys at the same positions as in
     a row of its own, and the prompt's gradient is the sum over its members'.
     """
-    shared = prompt_groups(samples, lengths) if share_prefixes else [0] * len(samples)
-    keys = [(s.role, s.stale, tuple(s.tokens[:k])) if k else None for s, k in zip(samples, shared)]
+    keys = prompt_keys(samples, lengths) if share_prefixes else [None] * len(samples)
+    shared = [len(key[2]) if key is not None else 0 for key in keys]
     rows: list[list[_Unit]] = []
     used: list[int] = []
     opened: list[dict[tuple, _Unit]] = []  # per row: the prompt groups it holds

@@ -111,8 +111,9 @@ def _split_micro_batches(x, m: int):
     return x.reshape((b // m, m) + x.shape[1:]).swapaxes(0, 1)
 
 
-def _compute_graphdef(model: nnx.Module, compute_dtype):
-    """The model's graphdef with every module's activation `dtype` set to `compute_dtype`.
+def _compute_graphdef(model: nnx.Module, compute_dtype, attn_chunk: int | None = None):
+    """The model's graphdef with every module's activation `dtype` set to `compute_dtype` and, if given,
+    attention's query block to `attn_chunk` (the model, which the sampler runs, keeps its own).
 
     Layers cast their params to `self.dtype` before each matmul, so the float32 master params in
     the state meet bfloat16 activations without a separate cast (and get float32 gradients).
@@ -123,6 +124,8 @@ def _compute_graphdef(model: nnx.Module, compute_dtype):
     for _, node in nnx.iter_graph(clone):
         if isinstance(node, nnx.Module) and hasattr(node, "dtype"):
             node.dtype = compute_dtype
+    if attn_chunk is not None:
+        clone.set_attn_chunk(attn_chunk)
     return nnx.split(clone, nnx.Param, ...)[0]
 
 
@@ -334,7 +337,7 @@ def make_train_step(
     host round trip, and only one micro-batch of reference activations alive at a time).
     """
     compute_dtype = jnp.bfloat16 if cfg.compute_dtype == "bfloat16" else jnp.float32
-    graphdef = _compute_graphdef(model, compute_dtype)
+    graphdef = _compute_graphdef(model, compute_dtype, cfg.attn_chunk)
     optimizer = make_optimizer(cfg)
     m = cfg.micro_batches
 

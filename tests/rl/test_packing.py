@@ -4,8 +4,10 @@ sample per row, for every aggregation."""
 import jax
 import numpy as np
 import pytest
+from flax import nnx
 from rl_testing import TINY, tiny_decoder
 
+from spade_jax.models.decoder import Attention
 from spade_jax.rl import RLConfig, make_train_step
 from spade_jax.rl.batch import AGENT, DESIGNER
 from spade_jax.rl.collate import Sample, collate
@@ -45,19 +47,25 @@ def test_collate_packs_first_fit_decreasing_with_restarting_positions():
 @pytest.mark.parametrize("aggregation", ["token", "sequence", "dr_grpo"])
 def test_packed_update_equals_one_sample_per_row(aggregation):
     samples = _samples()
-    # Large Adam epsilon: the first update is ~ lr * gradient, so params compare gradients.
     cfg = RLConfig(aggregation=aggregation, lr=1e-2, adam_eps=1.0, kl_coef=0.05, micro_batches=2)
     plain = collate(samples, length_multiple=8, row_multiple=2)
     packed = collate(samples, length_multiple=8, row_multiple=2, pack=True)
+    want = _assert_same_updates(cfg, plain, packed)
+    assert want["sequences"] == sum(any(s.loss_mask[1:]) for s in samples) > 3
+
+
+def _assert_same_updates(cfg, plain, other, chunk=None) -> dict:
+    """One update of the same model on `plain` and on `other` (also scoring the loss columns only): equal
+    metrics and weights. Large Adam epsilon: the first update is ~ lr * gradient, so weights compare
+    gradients. Returns the plain update's metrics."""
     results = []
-    for batch, c in ((plain, cfg), (packed, cfg), (packed, cfg.replace(score_loss_only=True))):
-        model = tiny_decoder(0)
+    for batch, c in ((plain, cfg), (other, cfg), (other, cfg.replace(score_loss_only=True))):
+        model = tiny_decoder(0, attn_chunk=chunk)
         train_step = make_train_step(model, c, verbose=False)
         state = train_step.init(model)
         state, metrics = train_step(state, batch, train_step.reference_params(tiny_decoder(1)))
         results.append(({k: float(v) for k, v in metrics.items()}, jax.tree.leaves(state.params)))
     (want, want_params) = results[0]
-    assert want["sequences"] == sum(any(s.loss_mask[1:]) for s in samples) > 3
     assert want["designer/tokens"] > 0 and want["kl"] > 0
     for got, got_params in results[1:]:
         assert got.keys() == want.keys()
@@ -65,6 +73,7 @@ def test_packed_update_equals_one_sample_per_row(aggregation):
             np.testing.assert_allclose(got[k], want[k], rtol=2e-5, atol=1e-6, err_msg=k)
         for a, b in zip(want_params, got_params):
             np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=2e-6)
+    return want
 
 
 def _grouped_samples(seed=0):
@@ -133,21 +142,7 @@ def test_shared_prompt_update_equals_one_sample_per_row(aggregation, chunk):
     plain = collate(samples, length_multiple=8, row_multiple=2)
     shared = collate(samples, length_multiple=8, row_multiple=2, pack=True, share_prefixes=True)
     assert (shared.prefix_ids_bt > 0).any()
-    results = []
-    for batch, c in ((plain, cfg), (shared, cfg), (shared, cfg.replace(score_loss_only=True))):
-        model = tiny_decoder(0, attn_chunk=chunk)
-        train_step = make_train_step(model, c, verbose=False)
-        state = train_step.init(model)
-        state, metrics = train_step(state, batch, train_step.reference_params(tiny_decoder(1)))
-        results.append(({k: float(v) for k, v in metrics.items()}, jax.tree.leaves(state.params)))
-    (want, want_params) = results[0]
-    assert want["designer/tokens"] > 0 and want["kl"] > 0
-    for got, got_params in results[1:]:
-        assert got.keys() == want.keys()
-        for k in want:
-            np.testing.assert_allclose(got[k], want[k], rtol=2e-5, atol=1e-6, err_msg=k)
-        for a, b in zip(want_params, got_params):
-            np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=2e-6)
+    _assert_same_updates(cfg, plain, shared, chunk)
 
 
 def test_splash_attention_refuses_shared_prompts():
@@ -157,3 +152,24 @@ def test_splash_attention_refuses_shared_prompts():
     with pytest.raises(ValueError, match="share_prefixes"):
         model.hidden_states(batch.tokens_bt, batch.positions_bt, batch.valid_bt,
                             segment_ids_bt=batch.segment_ids_bt, prefix_ids_bt=batch.prefix_ids_bt)
+
+
+def test_the_update_runs_attention_in_rl_attn_chunk_blocks_and_leaves_the_model_its_own():
+    """rl.attn_chunk: the update's query blocks (here 8 of a 48-wide row, each reading the keys up to its
+    last query) give the update of unblocked attention, and the model the sampler runs keeps its setting."""
+    batch = collate(_grouped_samples(2), length_multiple=8, row_multiple=2, pack=True, share_prefixes=True)
+    cfg = RLConfig(lr=1e-2, adam_eps=1.0, micro_batches=2)
+    results = []
+    for c in (cfg, cfg.replace(attn_chunk=8)):
+        model = tiny_decoder(0, attn_chunk=None)
+        train_step = make_train_step(model, c, verbose=False)
+        state, metrics = train_step(train_step.init(model), batch)
+        results.append((metrics, jax.tree.leaves(state.params)))
+        assert {m.attn_chunk for _, m in nnx.iter_graph(model) if isinstance(m, Attention)} == {None}
+    (want, want_params), (got, got_params) = results
+    for k in want:
+        np.testing.assert_allclose(float(got[k]), float(want[k]), rtol=2e-5, atol=1e-6, err_msg=k)
+    for a, b in zip(want_params, got_params):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=2e-6)
+    with pytest.raises(ValueError, match="attn_chunk"):
+        RLConfig(attn_chunk=0)
