@@ -8,8 +8,9 @@ micro-batches, packed rows, loss columns only, remat, attention chunk), `--group
 plays), each group's prompt 150-220 tokens (the laptop games' system turn and first observation measure
 149-221), then 1-8 turns (laptop runs average 1.5-6.5) of a 3-8 token reply and, after all but the last,
 40-100 tokens of the game's answer and the next turn's header, and 16 anchor replies of 60-140 tokens
-(their questions differ: nothing to share). Random tokens, seed 0. Each variant's first update compiles (`first_s`, compile
-included), its next ones are timed as `update_s` (median). Both start from the same weights.
+(their questions differ: nothing to share). Random tokens, seed 0. Each variant's first update
+compiles (`first_s`, compile included), its next ones are timed as `update_s` (median). Both start from
+the same weights.
 
 python benchmarks/shared_prompts.py [--config laptop --groups 6 --group-size 8 --steps 1]
 """
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -87,7 +87,6 @@ def main():
     args = ap.parse_args()
 
     import jax
-
     from update_widths import time_variant
 
     from spade_jax.config import load_config
