@@ -53,7 +53,9 @@ def update_samples(args, vocab: int):
     return samples
 
 
-def time_variant(config, samples, apart: bool, steps: int) -> dict:
+def time_variant(config, samples, steps: int, **rl_changes) -> dict:
+    """One Learner with `config`'s rl settings changed by `rl_changes`: its first update (with the compile)
+    and the median of `steps` more, with the shapes and figures of the last."""
     import jax.numpy as jnp
 
     from spade_jax.models.registry import load_model
@@ -65,7 +67,7 @@ def time_variant(config, samples, apart: bool, steps: int) -> dict:
     loaded.model.remat = config.model.remat
     loaded.model.set_attn_chunk(config.model.attn_chunk)
     loaded.model.set_attention(config.model.attention)
-    learner = Learner(loaded.model, config.rl.replace(long_samples_apart=apart), verbose=False)
+    learner = Learner(loaded.model, config.rl.replace(**rl_changes), verbose=False)
     start = time.perf_counter()
     first = learner.update(samples)
     first_s = time.perf_counter() - start
@@ -109,7 +111,7 @@ def main():
     samples = update_samples(args, vocab)
     results = {}
     for name in args.variants.split(","):
-        results[name] = time_variant(config, samples, apart=(name == "apart"), steps=args.steps)
+        results[name] = time_variant(config, samples, args.steps, long_samples_apart=(name == "apart"))
         print(name, json.dumps(results[name]), file=sys.stderr, flush=True)
     print(json.dumps({"config": args.config, "backend": jax.default_backend(), "samples": len(samples),
                       "real_tokens": sum(len(s.tokens) for s in samples), "variants": results}, indent=1))

@@ -5,6 +5,7 @@ Both share the NNX model: after each update the learner writes the new params in
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -44,6 +45,16 @@ class Policy:
         return self.sampler.generate(fitted, config, key)
 
 
+def without_tail(sample: Sample) -> Sample:
+    """`sample` without the tokens after its last loss token (an observation that came after the last reply
+    of a play that ran out of turns or context): nothing reads them, as no loss token sees a later one."""
+    last = max((t for t, m in enumerate(sample.loss_mask) if m), default=len(sample.tokens) - 1) + 1
+    if last >= len(sample.tokens):
+        return sample
+    return dataclasses.replace(sample, tokens=sample.tokens[:last], loss_mask=sample.loss_mask[:last],
+                               behaviour_logprobs=sample.behaviour_logprobs[:last])
+
+
 class Learner:
     """Holds the train state; `update(samples)` runs one jitted GRPO step on both roles' samples.
 
@@ -73,6 +84,9 @@ class Learner:
                 f"({rl_config.micro_batches} x {shards})"
             )
         self.max_length = model.spec.max_position
+        # splash attention reads segment ids, not the dense mask that shows a shared prompt to its samples
+        self._share_prefixes = (rl_config.pack_sequences and rl_config.share_prefixes
+                                and getattr(model, "attention_impl", None) != "splash")
         # Host-side counters (not checkpointed: a resumed run counts from 0 again).
         self.skipped_steps = 0  # non-finite steps skipped since this Learner was made
         self.nonfinite_run = 0  # non-finite steps in a row, up to the latest
@@ -86,7 +100,7 @@ class Learner:
         """
         if not samples:
             return {"loss": 0.0, "update/skipped": 1, "train/skipped": 0, "train/skipped_steps": self.skipped_steps}
-        short, long = self._split_by_length(samples)
+        short, long = self._split_by_length([without_tail(s) for s in samples])
         batch = self._collate(short or long)
         if short and long:
             wide = self._collate(long, apart=True)
@@ -104,6 +118,8 @@ class Learner:
         filled = [(int(np.asarray(part.valid_bt).any(axis=1).sum()), part.tokens_bt.shape[1]) for part in parts]
         out["update/filled_rows"] = sum(rows for rows, _ in filled)  # rows holding tokens
         out["update/row_tokens"] = sum(rows * width for rows, width in filled)  # their columns, padding included
+        # tokens through the model: a prompt shared by samples in a row (rl.share_prefixes) counts once
+        out["update/model_tokens"] = sum(int(np.asarray(part.valid_bt).sum()) for part in parts)
         if not skipped:
             self.nonfinite_run = 0
             self.unwritten = True
@@ -142,7 +158,7 @@ class Learner:
         pad_id = getattr(self.model.spec, "pad_token_id", None) or 0
         common = dict(
             max_length=self.max_length, pad_id=pad_id, pack=self.cfg.pack_sequences,
-            length_multiple=self.cfg.update_length_multiple,
+            length_multiple=self.cfg.update_length_multiple, share_prefixes=self._share_prefixes,
         )
         if not apart:
             batch = collate(

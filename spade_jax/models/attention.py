@@ -39,6 +39,9 @@ class AttnMask:
     sliding: jax.Array | None = None  # bool scalar under scan_layers: this layer uses `window`
     window: int | None = flax.struct.field(pytree_node=False, default=None)  # sliding window (None: none)
     self_attention: bool = flax.struct.field(pytree_node=False, default=False)  # no cache: keys are the queries
+    # the dense mask lets sequences see a shared prompt segment (TrainBatch.prefix_ids_bt): segment ids alone
+    # cannot say so, so splash cannot run it
+    shared_prefixes: bool = flax.struct.field(pytree_node=False, default=False)
 
     def choose(self, sliding: jax.Array, windowed: "AttnMask") -> "AttnMask":
         """`windowed` where the traced flag `sliding` is set, else this mask (scan over mixed layers)."""
@@ -50,19 +53,30 @@ def attend(impl: str, q_btkgd, k_bkds, v_bksd, mask: AttnMask, chunk: int | None
     """Attention with implementation `impl` (one of ATTENTION). Splash runs cache-free calls (training,
     scoring); calls over a KV cache (prefill, decode) take the dot_product path, which equals it."""
     if impl == "splash" and mask.self_attention:
+        if mask.shared_prefixes:
+            raise ValueError("attention=splash cannot run shared prompt segments (rl.share_prefixes): use "
+                             "attention=einsum or dot_product, or rl.share_prefixes=false")
         return _splash(q_btkgd, k_bkds, v_bksd, mask)
     block = _einsum_block if impl == "einsum" else _dot_product_block
-    return _chunked(block, q_btkgd, k_bkds, v_bksd, mask.dense_bts, chunk)
+    out = _chunked(block, q_btkgd, k_bkds, v_bksd, mask.dense_bts, chunk, causal=mask.self_attention)
+    # a query that sees no key (padding) reads 0, not a mean over however many keys its block held
+    return jnp.where(mask.dense_bts.any(axis=-1)[:, :, None, None, None], out, 0)
 
 
-def _chunked(block, q_btkgd, k_bkds, v_bksd, mask_bts, chunk):
+def _chunked(block, q_btkgd, k_bkds, v_bksd, mask_bts, chunk, causal: bool = False):
     """Longer than `chunk`, the queries go in blocks whose scores are rematerialised in the backward pass,
-    so neither pass holds more than one block's [B, heads, chunk, S] scores."""
+    so neither pass holds more than one block's [B, heads, chunk, S] scores. `causal` (cache-free calls,
+    where query and key columns are the same and no query sees a later column): a block reads only the
+    keys up to its last query, a quarter less attention arithmetic at two blocks."""
     t = q_btkgd.shape[1]
     if chunk is None or t <= chunk:
         return block(q_btkgd, k_bkds, v_bksd, mask_bts)
     block = jax.checkpoint(block)
-    outs = [block(q_btkgd[:, s: s + chunk], k_bkds, v_bksd, mask_bts[:, s: s + chunk]) for s in range(0, t, chunk)]
+    outs = []
+    for s in range(0, t, chunk):
+        keys = min(s + chunk, t) if causal else k_bkds.shape[-1]
+        outs.append(block(q_btkgd[:, s: s + chunk], k_bkds[..., :keys], v_bksd[:, :, :keys],
+                          mask_bts[:, s: s + chunk, :keys]))
     return jnp.concatenate(outs, axis=1)
 
 

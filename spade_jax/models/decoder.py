@@ -468,6 +468,7 @@ class Decoder(nnx.Module):
         einsum, dot_product (jax.nn.dot_product_attention; cuDNN on a GPU in 16-bit) or splash (the TPU
         Pallas kernel, interpreted off TPU; cache-free calls only). Results agree to rounding."""
         check_attention(name)
+        self.attention_impl = name
         for _, module in nnx.iter_graph(self):
             if isinstance(module, Attention):
                 module.attention = name
@@ -481,7 +482,7 @@ class Decoder(nnx.Module):
                 module.attn_chunk = chunk
 
     def hidden_states(self, tokens_bt, positions_bt, valid_bt=None, cache: KVCache | None = None,
-                      rope=None, packing: Packing | None = None, segment_ids_bt=None):
+                      rope=None, packing: Packing | None = None, segment_ids_bt=None, prefix_ids_bt=None):
         """Final-normed hidden states [B, T, E] and the updated cache (None without one).
 
         Without a cache the keys are the tokens themselves (training and scoring). With one, the T new
@@ -497,6 +498,8 @@ class Decoder(nnx.Module):
 
         With `segment_ids_bt` (cache-free calls: the packed train step), each row holds several sequences,
         told apart by these ids; a token attends only within its own (give `positions_bt` restarting at 0).
+        With `prefix_ids_bt` too, a sequence that continues a shared prompt segment (its id there, 0: none)
+        also attends to that segment, which stands earlier in the row (positions continue the prompt's).
         """
         spec = self.spec
         if packing is not None:
@@ -526,13 +529,23 @@ class Decoder(nnx.Module):
         if segment_ids_bt is not None:
             if cache is not None:
                 raise ValueError("segment_ids_bt (packed rows) is for cache-free calls")
-            mask_bts = mask_bts & (segment_ids_bt[:, :, None] == segment_ids_bt[:, None, :])
-        mask = AttnMask(mask_bts, key_valid_bs, segments_bs=segment_ids_bt, self_attention=cache is None)
+            same = segment_ids_bt[:, :, None] == segment_ids_bt[:, None, :]
+            if prefix_ids_bt is not None:
+                same = same | ((prefix_ids_bt[:, :, None] == segment_ids_bt[:, None, :])
+                               & (prefix_ids_bt[:, :, None] > 0))
+            mask_bts = mask_bts & same
+        elif prefix_ids_bt is not None:
+            raise ValueError("prefix_ids_bt (shared prompts) needs segment_ids_bt (packed rows)")
+        mask = AttnMask(mask_bts, key_valid_bs, segments_bs=segment_ids_bt, self_attention=cache is None,
+                        shared_prefixes=prefix_ids_bt is not None)
         window_mask = None
         if spec.sliding_layers:
-            # HF's sliding window counts cache positions (slots), padding included.
-            in_window_ts = k_slot[None, :] > q_slot[:, None] - spec.sliding_window
-            window_mask = mask.replace(dense_bts=mask_bts & in_window_ts[None], window=spec.sliding_window)
+            if prefix_ids_bt is None:
+                # HF's sliding window counts cache positions (slots), padding included.
+                in_window_bts = (k_slot[None, :] > q_slot[:, None] - spec.sliding_window)[None]
+            else:  # a shared prompt's slots are not its continuations' neighbours: count positions
+                in_window_bts = positions_bt[:, None, :] > positions_bt[:, :, None] - spec.sliding_window
+            window_mask = mask.replace(dense_bts=mask_bts & in_window_bts, window=spec.sliding_window)
         blocks = self._scan_blocks if self.scan_layers else self._loop_blocks
         x, cache = blocks(x, rope, mask, window_mask, cache, packing)
         x = self.final_norm(x)

@@ -48,6 +48,10 @@ class TrainBatch:
     role_bt: jax.Array | None = None  # int32 [B, T] role of each token's sequence (instead of role_b)
     is_stale_bt: jax.Array | None = None  # bool [B, T] staleness of each token's sequence (instead of is_stale_b)
     segment_ids_bt: jax.Array | None = None
+    # Packed rows with shared prompts (`RLConfig.share_prefixes`): int32 [B, T] the segment id of the
+    # prompt segment each token's sequence continues (its keys are the prompt's and its own), 0: none.
+    # The prompt segment is stored once for the samples that begin with it, their positions continue it.
+    prefix_ids_bt: jax.Array | None = None
 
     @property
     def batch_size(self) -> int:
@@ -79,7 +83,7 @@ class TrainBatch:
         b, t = np.shape(self.tokens_bt)
         for name in ("positions_bt", "valid_bt", "loss_mask_bt", "behaviour_logprobs_bt",
                      "advantages_bt", "old_logprobs_bt", "ref_logprobs_bt", "role_bt", "is_stale_bt",
-                     "segment_ids_bt"):
+                     "segment_ids_bt", "prefix_ids_bt"):
             value = getattr(self, name)
             if value is not None and np.shape(value) != (b, t):
                 raise ValueError(f"TrainBatch.{name} has shape {np.shape(value)}; expected {(b, t)} like tokens_bt")
@@ -92,6 +96,8 @@ class TrainBatch:
         for row, token in (("role_b", "role_bt"), ("is_stale_b", "is_stale_bt")):
             if getattr(self, row) is not None and getattr(self, token) is not None:
                 raise ValueError(f"TrainBatch takes at most one of {row} (per row) or {token} (per token)")
+        if self.prefix_ids_bt is not None and self.segment_ids_bt is None:
+            raise ValueError("TrainBatch.prefix_ids_bt needs segment_ids_bt (shared prompts are packed rows)")
         if (self.advantages_b is None) == (self.advantages_bt is None):
             raise ValueError("TrainBatch needs exactly one of advantages_b (per sequence) or advantages_bt (per token)")
         return self

@@ -6,6 +6,7 @@ rarely. With `pack`, several samples share a row (first-fit decreasing), told ap
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 import numpy as np
@@ -78,6 +79,7 @@ def collate(
     pack: bool = False,
     min_length: int | None = None,
     rows: int | None = None,
+    share_prefixes: bool = False,
 ) -> TrainBatch:
     """Right-pads every sample to a common bucketed length; extra rows are padding with no loss.
 
@@ -86,6 +88,8 @@ def collate(
     bucketed length), so packing only removes rows. Rows are `row_multiple` times a row bucket. Rows are
     at least `min_length` wide (bucketed), whatever the batch's longest sample: one width for every batch.
     With `rows`, the rows are a multiple of it (`RLConfig.update_rows`): one shape for every batch that fits.
+    With `pack` and `share_prefixes`, samples with the same prompt (their tokens up to the first loss token:
+    a GRPO group's plays of one instance) store it once per row (`_pack_rows`).
     """
     if not samples:
         raise ValueError("collate needs at least one sample")
@@ -99,7 +103,7 @@ def collate(
         # As wide as the unpacked rows, not `max_length`: the Learner's max_length is the model's
         # position limit (8192 for SmolLM2), and rows that wide made the laptop's packed update
         # compile to 6.3 GiB of temporaries against 1.5 GiB unpacked (2026-12-05).
-        return _packed(samples, width, row_multiple, pad_id, rows)
+        return _packed(samples, width, row_multiple, pad_id, rows, share_prefixes)
     # Rows: a multiple of micro-batches x batch shards, as the train step needs.
     rows = _bucket_rows(len(samples), row_multiple, rows)
     tokens = np.full((rows, width), pad_id, np.int32)
@@ -132,20 +136,80 @@ def collate(
     ).check()
 
 
-def _packed(samples: list[Sample], width: int, row_multiple: int, pad_id: int, rows: int | None) -> TrainBatch:
-    """First-fit decreasing into rows of `width`; per-token advantages, roles and staleness."""
-    lengths = [min(len(s.tokens), width) for s in samples]
-    fill: list[int] = []  # tokens used per row
-    placed: list[tuple[int, int, int]] = []  # (sample, row, start column)
+# A prompt shorter than this is stored once per sample: sharing it would save less than it costs to place.
+MIN_SHARED_PROMPT = 16
+
+
+@dataclasses.dataclass
+class _Unit:
+    """What one row holds of a prompt group: its prompt segment (`shared` tokens, 0: a lone sample stored
+    whole) and the samples that continue it there."""
+
+    members: list[int]  # sample indices
+    shared: int
+
+
+def prompt_keys(samples: list[Sample], lengths: list[int], minimum: int = MIN_SHARED_PROMPT) -> list[tuple | None]:
+    """Per sample, (role, staleness, prompt) when another sample has the same, else None. Its prompt: its
+    tokens before its first loss token, less the last of them, if at least `minimum`."""
+    first_loss = [next((t for t, m in enumerate(s.loss_mask[:n]) if m), n) for s, n in zip(samples, lengths)]
+    keys = [(s.role, s.stale, tuple(s.tokens[: f - 1])) if f - 1 >= minimum else None
+            for s, f in zip(samples, first_loss)]
+    counts = collections.Counter(key for key in keys if key is not None)
+    return [key if key is not None and counts[key] > 1 else None for key in keys]
+
+
+def _pack_rows(samples: list[Sample], lengths: list[int], width: int, share_prefixes: bool) -> list[list[_Unit]]:
+    """First-fit decreasing into rows of `width`. With `share_prefixes`, a sample whose prompt is shared
+    (`prompt_keys`) joins a row that holds its prompt already when its own part fits there, and pays
+    for the prompt only where it opens a row's copy of it; so each row stores a group's prompt once and
+    every member after the first costs its own tokens only.
+
+    A member's own part starts with the prompt's last token again, so the state that scores its first
+    generated token is computed in its own segment, and the first column of a segment (which nothing
+    scores) never holds a loss token. Exact: every token sees the same keys at the same positions as in
+    a row of its own, and the prompt's gradient is the sum over its members'.
+    """
+    keys = prompt_keys(samples, lengths) if share_prefixes else [None] * len(samples)
+    shared = [len(key[2]) if key is not None else 0 for key in keys]
+    rows: list[list[_Unit]] = []
+    used: list[int] = []
+    opened: list[dict[tuple, _Unit]] = []  # per row: the prompt groups it holds
     for i in sorted(range(len(samples)), key=lambda i: -lengths[i]):
-        row = next((r for r, used in enumerate(fill) if used + lengths[i] <= width), None)
+        key, own = keys[i], lengths[i] - shared[i]
+        row = None
+        if key is not None:
+            row = next((r for r in range(len(rows)) if key in opened[r] and used[r] + own <= width), None)
+        if row is not None:
+            opened[row][key].members.append(i)
+            used[row] += own
+            continue
+        row = next((r for r in range(len(rows)) if used[r] + lengths[i] <= width), None)
         if row is None:
-            row = len(fill)
-            fill.append(0)
-        placed.append((i, row, fill[row]))
-        fill[row] += lengths[i]
+            row = len(rows)
+            rows.append([])
+            used.append(0)
+            opened.append({})
+        unit = _Unit([i], shared[i])
+        rows[row].append(unit)
+        used[row] += lengths[i]
+        if key is not None:
+            opened[row][key] = unit
+    for units in rows:  # a prompt that only one sample of its row continues is not a segment of its own
+        for unit in units:
+            if len(unit.members) == 1:
+                unit.shared = 0
+    return rows
+
+
+def _packed(samples: list[Sample], width: int, row_multiple: int, pad_id: int, rows: int | None,
+            share_prefixes: bool = False) -> TrainBatch:
+    """`_pack_rows`' layout; per-token advantages, roles and staleness, and with `share_prefixes` the
+    prompt segment each sequence continues (`prefix_ids_bt`)."""
+    lengths = [min(len(s.tokens), width) for s in samples]
+    packed = _pack_rows(samples, lengths, width, share_prefixes)
     # a multiple of micro-batches x batch shards, as the train step needs
-    rows = _bucket_rows(len(fill), row_multiple, rows)
+    rows = _bucket_rows(len(packed), row_multiple, rows)
     tokens = np.full((rows, width), pad_id, np.int32)
     positions = np.zeros((rows, width), np.int32)
     valid = np.zeros((rows, width), bool)
@@ -155,21 +219,42 @@ def _packed(samples: list[Sample], width: int, row_multiple: int, pad_id: int, r
     roles = np.zeros((rows, width), np.int32)
     stale = np.zeros((rows, width), bool)
     segments = np.zeros((rows, width), np.int32)
+    prefixes = np.zeros((rows, width), np.int32)
     next_segment = [1] * rows
-    for i, row, start in sorted(placed, key=lambda p: (p[1], p[2])):
-        sample, n = samples[i], lengths[i]
-        cols = slice(start, start + n)
-        tokens[row, cols] = sample.tokens[:n]
-        positions[row, cols] = np.arange(n)
-        valid[row, cols] = True
-        loss[row, cols] = np.asarray(sample.loss_mask[:n], bool)
-        loss[row, start] = False  # a sequence's first token is scored by nothing of its own
-        behaviour[row, cols] = sample.behaviour_logprobs[:n]
-        advantages[row, cols] = sample.advantage
-        roles[row, cols] = sample.role
-        stale[row, cols] = sample.stale
-        segments[row, cols] = next_segment[row]
-        next_segment[row] += 1
+    for row, units in enumerate(packed):
+        start = 0
+        for unit in units:
+            prompt = 0
+            if unit.shared:  # the prompt segment: context only, no loss
+                first = samples[unit.members[0]]
+                cols = slice(start, start + unit.shared)
+                tokens[row, cols] = first.tokens[: unit.shared]
+                positions[row, cols] = np.arange(unit.shared)
+                valid[row, cols] = True
+                roles[row, cols] = first.role
+                stale[row, cols] = first.stale
+                prompt = next_segment[row]
+                segments[row, cols] = prompt
+                next_segment[row] += 1
+                start += unit.shared
+            for i in unit.members:
+                sample = samples[i]
+                begin = unit.shared  # a member's own part: from the prompt's last token on
+                n = lengths[i] - begin
+                cols = slice(start, start + n)
+                tokens[row, cols] = sample.tokens[begin: lengths[i]]
+                positions[row, cols] = np.arange(begin, lengths[i])
+                valid[row, cols] = True
+                loss[row, cols] = np.asarray(sample.loss_mask[begin: lengths[i]], bool)
+                loss[row, start] = False  # a sequence's first token is scored by nothing of its own
+                behaviour[row, cols] = sample.behaviour_logprobs[begin: lengths[i]]
+                advantages[row, cols] = sample.advantage
+                roles[row, cols] = sample.role
+                stale[row, cols] = sample.stale
+                segments[row, cols] = next_segment[row]
+                prefixes[row, cols] = prompt
+                next_segment[row] += 1
+                start += n
     return TrainBatch(
         tokens_bt=tokens,
         positions_bt=positions,
@@ -180,4 +265,5 @@ def _packed(samples: list[Sample], width: int, row_multiple: int, pad_id: int, r
         role_bt=roles,
         is_stale_bt=stale,
         segment_ids_bt=segments,
+        prefix_ids_bt=prefixes if share_prefixes else None,
     ).check()

@@ -36,6 +36,11 @@ class RLConfig:
     grad_clip: float | None = 1.0  # global-norm clip (Megatron/slime default 1.0; SPADE does not say); None: off
     micro_batches: int = 1  # gradient accumulation: the batch is split into this many micro-batches (lax.scan)
     compute_dtype: str = "float32"  # activations and matmuls; bfloat16 keeps master params in float32
+    # attention's query block in the update (each block reads the keys up to its last query, so smaller
+    # blocks skip more; laptop 256: a laptop-shaped update 1.11x faster than at 512, docs/benchmarks.md);
+    # null: model.attn_chunk, which the sampler keeps (its prefill over a cache skips nothing by blocks,
+    # and 256 there made a laptop run's plays and anchor 8-28% slower)
+    attn_chunk: int | None = None
     master_fp32: bool = True  # keep (and update) params in float32 even if the model stores bfloat16
     # time steps per chunk of the output projection (saves the [B, T, V] logits); None: all at once
     logprob_chunk: int | None = None
@@ -68,6 +73,11 @@ class RLConfig:
     # the longest sample's width, and attention runs over whole rows (a laptop update of 24 plays and
     # 2 designs: 771 s at 48 x 3584 against 502 s apart, benchmarks/update_widths.py).
     long_samples_apart: bool = True
+    # With pack_sequences, samples that begin with the same prompt (tokens before their first generated
+    # token: a GRPO group's plays of one instance, `group_instances: shared`) store it once per row, and
+    # their own tokens attend to it there: the same loss and gradients with fewer tokens through the
+    # model. Beyond the reference (one row per sample); off where attention is splash (segment ids only)
+    share_prefixes: bool = True
     # Every update padded to this many rows (a multiple of micro_batches x batch shards; more samples
     # than that: a multiple of it). The rows are placed so that padding fills whole micro-batches, which
     # the step skips at run time (lax.cond), so a small update costs about its own rows while every
@@ -113,6 +123,8 @@ class RLConfig:
             raise ValueError(f"grad_clip must be positive or None, got {self.grad_clip}")
         if self.micro_batches < 1:
             raise ValueError(f"micro_batches must be >= 1, got {self.micro_batches}")
+        if self.attn_chunk is not None and self.attn_chunk < 1:
+            raise ValueError(f"attn_chunk must be >= 1 or null, got {self.attn_chunk}")
         if self.compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(f"compute_dtype {self.compute_dtype!r} is not one of {COMPUTE_DTYPES}")
         if not 0.0 <= self.format_bonus <= 1.0:

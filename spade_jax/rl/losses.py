@@ -278,21 +278,24 @@ def _score(model, hidden_bke, targets_bk, chunk: int | None = None) -> jax.Array
 
 
 def token_logprobs(
-    model, tokens_bt, positions_bt, valid_bt, chunk: int | None = None, segment_ids_bt=None
+    model, tokens_bt, positions_bt, valid_bt, chunk: int | None = None, segment_ids_bt=None, prefix_ids_bt=None
 ) -> jax.Array:
     """log p(tokens_bt[:, t] | tokens_bt[:, :t]) as [B, T] float32, column 0 set to 0.
 
     Every column is scored (see `token_logprobs_at` for the loss columns only). With `chunk`, the output
     projection and log-softmax run over `chunk` time steps at a time under `jax.checkpoint`, so neither
-    pass holds the full [B, T, V] logits. `segment_ids_bt`: packed rows (`TrainBatch.segment_ids_bt`).
+    pass holds the full [B, T, V] logits. `segment_ids_bt`, `prefix_ids_bt`: packed rows and their shared
+    prompts (`TrainBatch`).
     """
-    hidden, _ = model.hidden_states(tokens_bt, positions_bt, valid_bt, segment_ids_bt=segment_ids_bt)
+    hidden, _ = model.hidden_states(tokens_bt, positions_bt, valid_bt, segment_ids_bt=segment_ids_bt,
+                                    prefix_ids_bt=prefix_ids_bt)
     logp = _score(model, hidden[:, :-1], tokens_bt[:, 1:], chunk)
     return jnp.pad(logp, ((0, 0), (1, 0)))
 
 
 def token_logprobs_at(
-    model, tokens_bt, positions_bt, valid_bt, index_bk, chunk: int | None = None, segment_ids_bt=None
+    model, tokens_bt, positions_bt, valid_bt, index_bk, chunk: int | None = None, segment_ids_bt=None,
+    prefix_ids_bt=None,
 ) -> jax.Array:
     """`token_logprobs` at the columns `index_bk` only ([B, K], 0 = none), zeros elsewhere, [B, T] float32.
 
@@ -302,7 +305,8 @@ def token_logprobs_at(
     gather and its scatter-add gradient inside the update's scan, XLA:CPU compiled SmolLM2's update for
     over 6 minutes without finishing.
     """
-    hidden, _ = model.hidden_states(tokens_bt, positions_bt, valid_bt, segment_ids_bt=segment_ids_bt)
+    hidden, _ = model.hidden_states(tokens_bt, positions_bt, valid_bt, segment_ids_bt=segment_ids_bt,
+                                    prefix_ids_bt=prefix_ids_bt)
     hidden = jnp.where(jnp.asarray(valid_bt, bool)[..., None], hidden, 0)  # 0 x a padded NaN is NaN
     index = jnp.asarray(index_bk, jnp.int32)
     width = tokens_bt.shape[1]

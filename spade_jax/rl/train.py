@@ -85,7 +85,7 @@ def prepare_batch(batch: TrainBatch) -> TrainBatch:
         "behaviour_logprobs_bt": jnp.float32, "advantages_b": jnp.float32, "advantages_bt": jnp.float32,
         "old_logprobs_bt": jnp.float32, "ref_logprobs_bt": jnp.float32, "role_b": jnp.int32,
         "is_stale_b": bool, "score_index_bk": jnp.int32, "role_bt": jnp.int32, "is_stale_bt": bool,
-        "segment_ids_bt": jnp.int32,
+        "segment_ids_bt": jnp.int32, "prefix_ids_bt": jnp.int32,
     }
     changes = {}
     for name, dtype in casts.items():
@@ -111,8 +111,9 @@ def _split_micro_batches(x, m: int):
     return x.reshape((b // m, m) + x.shape[1:]).swapaxes(0, 1)
 
 
-def _compute_graphdef(model: nnx.Module, compute_dtype):
-    """The model's graphdef with every module's activation `dtype` set to `compute_dtype`.
+def _compute_graphdef(model: nnx.Module, compute_dtype, attn_chunk: int | None = None):
+    """The model's graphdef with every module's activation `dtype` set to `compute_dtype` and, if given,
+    attention's query block to `attn_chunk` (the model, which the sampler runs, keeps its own).
 
     Layers cast their params to `self.dtype` before each matmul, so the float32 master params in
     the state meet bfloat16 activations without a separate cast (and get float32 gradients).
@@ -123,6 +124,8 @@ def _compute_graphdef(model: nnx.Module, compute_dtype):
     for _, node in nnx.iter_graph(clone):
         if isinstance(node, nnx.Module) and hasattr(node, "dtype"):
             node.dtype = compute_dtype
+    if attn_chunk is not None:
+        clone.set_attn_chunk(attn_chunk)
     return nnx.split(clone, nnx.Param, ...)[0]
 
 
@@ -334,7 +337,7 @@ def make_train_step(
     host round trip, and only one micro-batch of reference activations alive at a time).
     """
     compute_dtype = jnp.bfloat16 if cfg.compute_dtype == "bfloat16" else jnp.float32
-    graphdef = _compute_graphdef(model, compute_dtype)
+    graphdef = _compute_graphdef(model, compute_dtype, cfg.attn_chunk)
     optimizer = make_optimizer(cfg)
     m = cfg.micro_batches
 
@@ -366,11 +369,12 @@ def make_train_step(
         """[B, T] logprobs of the batch's tokens: at its loss columns when it carries their index."""
         if mb.score_index_bk is None:
             return token_logprobs(
-                model, mb.tokens_bt, mb.positions_bt, mb.valid_bt, cfg.logprob_chunk, mb.segment_ids_bt
+                model, mb.tokens_bt, mb.positions_bt, mb.valid_bt, cfg.logprob_chunk, mb.segment_ids_bt,
+                mb.prefix_ids_bt,
             )
         return token_logprobs_at(
             model, mb.tokens_bt, mb.positions_bt, mb.valid_bt, mb.score_index_bk, cfg.logprob_chunk,
-            mb.segment_ids_bt,
+            mb.segment_ids_bt, mb.prefix_ids_bt,
         )
 
     def with_reference(micro_batch, ref_params):

@@ -10,9 +10,9 @@ from flax import nnx
 from rl_testing import tiny_decoder
 
 from spade_jax.policy import Learner
-from spade_jax.rl import RLConfig
+from spade_jax.rl import RLConfig, make_train_step
 from spade_jax.rl.batch import DESIGNER
-from spade_jax.rl.collate import Sample
+from spade_jax.rl.collate import Sample, collate
 from spade_jax.rl.train import TrainingDiverged
 
 
@@ -144,3 +144,51 @@ def test_fixed_update_rows_give_updates_of_any_sample_count_one_compiled_step():
     assert (first["update/filled_rows"], second["update/filled_rows"]) == (3, 6)
     assert first["train/skipped"] == second["train/skipped"] == 0 and second["tokens"] == 6 * 6
     assert len(learner.train_step._compiled) == 1
+
+
+def test_shared_prompts_give_the_update_of_one_copy_per_sample_in_fewer_rows():
+    """rl.share_prefixes: a GRPO group's plays of one instance open with the same prompt; stored once per
+    row, the update (loss, metrics, weights) is the one of a copy per sample, through fewer tokens."""
+    rng = np.random.default_rng(3)
+    prompt = rng.integers(0, 48, 40).tolist()
+    samples = []
+    for i in range(6):
+        own = int(rng.integers(8, 20))
+        samples.append(Sample(prompt + rng.integers(0, 48, own).tolist(), [0] * 40 + [1] * own,
+                              [0.0] * 40 + [-1.0] * own, float(i % 3) - 1.0))
+    cfg = RLConfig(lr=1e-2, adam_eps=1.0, micro_batches=2, update_rows=8, min_update_length=128,
+                   pack_sequences=True, score_loss_only=True)
+    copied = Learner(tiny_decoder(0), cfg.replace(share_prefixes=False), verbose=False)
+    shared = Learner(tiny_decoder(0), cfg, verbose=False)
+    for _ in range(2):
+        one, two = copied.update(samples), shared.update(samples)
+        tokens = sum(len(s.tokens) for s in samples)
+        assert one["update/model_tokens"] == tokens and two["update/model_tokens"] < tokens - 3 * 39
+        assert two["update/filled_rows"] < one["update/filled_rows"]
+        for key in ("loss", "pg_loss", "entropy", "grad_norm", "tokens", "sequences"):
+            np.testing.assert_allclose(two[key], one[key], rtol=1e-5, atol=1e-7, err_msg=key)
+    for a, b in zip(_model_params(copied.model), _model_params(shared.model)):
+        np.testing.assert_allclose(b, a, atol=1e-6)
+
+
+def test_tokens_after_the_last_reply_are_left_out_of_the_update_and_change_nothing():
+    """A play that ran out of turns ends with an observation no loss token sees: the Learner drops it,
+    and its update equals the train step's on the whole samples."""
+    rng = np.random.default_rng(5)
+    samples = []
+    for i in range(4):
+        tokens = rng.integers(0, 48, 30).tolist()
+        loss = [0] * 6 + [1] * 5 + [0] * 7 + [1] * 4 + [0] * 8  # 8 tokens after the last reply
+        samples.append(Sample(tokens, loss, [-1.0 if m else 0.0 for m in loss], float(i % 2) - 0.5))
+    cfg = RLConfig(lr=1e-2, adam_eps=1.0, micro_batches=2, min_update_length=32, update_length_multiple=32)
+    learner = Learner(tiny_decoder(0), cfg, verbose=False)
+    got = learner.update(samples)
+    assert got["update/model_tokens"] == 4 * 22
+    model = tiny_decoder(0)
+    step = make_train_step(model, cfg, verbose=False)
+    state, want = step(step.init(model), collate(samples, row_multiple=2, min_length=32, length_multiple=32))
+    for key in ("loss", "pg_loss", "entropy", "grad_norm", "tokens", "sequences"):
+        np.testing.assert_allclose(got[key], float(want[key]), rtol=1e-5, atol=1e-7, err_msg=key)
+    step.write_params(model, state)
+    for a, b in zip(_model_params(model), _model_params(learner.model)):
+        np.testing.assert_allclose(b, a, atol=1e-6)
