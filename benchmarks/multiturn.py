@@ -1,9 +1,10 @@
 """Episodes per second of the host loop (`rollout.play_episodes`, one `Sampler.generate` per turn over
-every live conversation) with the Sampler's cross-call prefix reuse on (ours) against off (baseline:
-each turn re-prefills the whole conversation), same model, environment, seeds, greedy decoding.
+every live conversation) with the Sampler's defaults (ours: cross-call prefix reuse, new tails packed)
+against a baseline setting (by default reuse off: each turn re-prefills the whole conversation; or any
+`SamplingConfig` fields, `--baseline pack_tails=false`), same model, environment, seeds, greedy decoding.
 
     .venv/bin/python benchmarks/multiturn.py [--model smollm2-135m-instruct|tiny] [--env odd_one_out]
-        [--batch 16] [--turns 6] [--max-new-tokens 32] [--repeats 2]
+        [--batch 16] [--turns 6] [--max-new-tokens 32] [--repeats 2] [--baseline KEY=VALUE ...]
 
 Each side first plays the same seeds once untimed (its compiles: prefill buckets for the baseline,
 extend/grow programs for reuse), then `--repeats` timed plays; greedy decoding makes every play of
@@ -17,6 +18,7 @@ import os
 import time
 
 import jax
+import yaml
 from rollout import load  # benchmarks/rollout.py: the same tiny-or-named model loader
 
 from spade_jax import roles
@@ -31,7 +33,7 @@ class Counted:
 
     def __init__(self, sampler, sampling):
         self.sampler, self.sampling = sampler, sampling
-        self.prompt_tokens = self.reused_tokens = self.calls = self.reused_calls = 0
+        self.prompt_tokens = self.reused_tokens = self.calls = self.reused_calls = self.fed_rows = 0
 
     def __call__(self, prompts):
         result = self.sampler.generate(prompts, self.sampling, 0)
@@ -39,6 +41,7 @@ class Counted:
         self.prompt_tokens += sum(len(p) for p in prompts)
         self.reused_tokens += self.sampler.last_reused_tokens
         self.reused_calls += self.sampler.last_reused_tokens > 0
+        self.fed_rows += self.sampler.last_fed_tokens
         return generations_of(result)
 
 
@@ -58,7 +61,11 @@ def main():
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--baseline", action="append", metavar="KEY=VALUE",
+                        help="SamplingConfig field of the baseline (repeatable; default reuse_prefix=false)")
     args = parser.parse_args()
+    changes = dict(item.split("=", 1) for item in args.baseline or ["reuse_prefix=false"])
+    changes = {key: yaml.safe_load(value) for key, value in changes.items()}
 
     model, tokenizer = load(args.model)
     base = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=0.0)
@@ -68,7 +75,8 @@ def main():
           f"{args.max_new_tokens} new tokens per turn, greedy; {jax.devices()[0].platform}, "
           f"load average {os.getloadavg()[0]:.1f}")
 
-    sides = {"reuse on (ours)": base, "reuse off (baseline)": base.replace(reuse_prefix=False)}
+    label = " ".join(f"{key}={value}" for key, value in changes.items())
+    sides = {"ours": base, f"baseline ({label})": base.replace(**changes)}
     best, first, outcome = {}, {}, {}
     for name, sampling in sides.items():  # untimed first play: compiles
         _, _, first[name] = play(args.env, model, tokenizer, sampling, rollout, seeds)
@@ -84,11 +92,12 @@ def main():
     longest = max(len(t.tokens) for t in ours_traj)
     print(f"{turns} agent turns in {base_counts.calls} generate calls; longest conversation {longest} "
           f"tokens; identical trajectories: {same}/{args.batch}")
-    print(f"prompt tokens: {base_counts.prompt_tokens} prefilled by the baseline; with reuse "
-          f"{ours_counts.reused_tokens} taken from the kept cache ({ours_counts.reused_calls}/"
-          f"{ours_counts.calls} calls), {ours_counts.prompt_tokens - ours_counts.reused_tokens} fed")
+    for name, (_, counts) in outcome.items():
+        print(f"{name}: {counts.prompt_tokens} prompt tokens, {counts.reused_tokens} taken from the kept cache "
+              f"({counts.reused_calls}/{counts.calls} calls), {counts.prompt_tokens - counts.reused_tokens} "
+              f"fed, {counts.fed_rows} token rows through the prefill (padding included)")
     for name in sides:
-        print(f"{name:22s} {args.batch / best[name]:8.3f} episodes/s  ({best[name]:.1f}s per batch, best of "
+        print(f"{name:40s} {args.batch / best[name]:8.3f} episodes/s  ({best[name]:.1f}s per batch, best of "
               f"{args.repeats}; first play incl. compiles {first[name]:.1f}s)")
     ours, baseline = (args.batch / best[name] for name in sides)
     print(f"ratio: {ours / baseline:.2f}x")

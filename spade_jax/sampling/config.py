@@ -55,6 +55,9 @@ class SamplingConfig:
     # its length padded to one of `packed_buckets`; off, or under a batch-sharded mesh, the prefill
     # runs on the padded [batch, prompt bucket] block. Results are the same either way.
     pack_prompts: bool = True
+    # The same for the new tails fed on top of a kept cache (`reuse_prefix`): a multi-turn turn's tails
+    # differ in length and finished conversations keep their rows, so the padded block is mostly padding.
+    pack_tails: bool = True
     packed_buckets: tuple[int, ...] = _quarter_octaves(32, 1 << 20)
     batch_buckets: tuple[int, ...] = _powers_of_two(1, 1 << 16)  # padded batch sizes
     new_token_bucket: int = 64  # cache room for new tokens is max_new_tokens rounded up to this

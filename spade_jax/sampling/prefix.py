@@ -35,18 +35,25 @@ def _grow(cache, *, slots: int, cache_sharding):
     return cache
 
 
-def _extend(graphdef, params, cache, tokens_bt, valid_bt, keep_b, positions_bt, rope):
+def _extend(graphdef, params, cache, tokens, valid_bt, keep_b, positions, rope, packing=None):
     """Prefill on top of a kept cache: row r keeps its first `keep_b[r]` cached tokens (later ones are
     marked invalid, so a row can also be cut back), then its left-padded tail is written at
-    `cache.index` with positions continuing from `keep_b[r]` (`positions_bt`, `rope` its tables).
+    `cache.index` with positions continuing from `keep_b[r]` (`positions`, `rope` its tables).
+
+    `tokens` and `positions` are [B, W] like `valid_bt`, or the tails packed into one [1, N] sequence
+    that `packing` maps to it (projections and MLPs then skip the padding and the finished rows).
     """
     model = nnx.merge(graphdef, params)
     # Slots fill in token order, so a row's n-th valid slot holds its n-th cached token.
     held = jnp.cumsum(cache.valid, axis=1, dtype=jnp.int32)
     cache = cache.replace(valid=cache.valid & (held <= keep_b[:, None]))
-    hidden, cache = model.hidden_states(tokens_bt, positions_bt, valid_bt, cache, rope)
-    logits_bv = model.logits(hidden[:, -1:])[:, 0]
-    return logits_bv, cache, positions_bt[:, -1]
+    hidden, cache = model.hidden_states(tokens, positions, valid_bt, cache, rope, packing)
+    if packing is None:
+        last_be, last_pos = hidden[:, -1], positions[:, -1]
+    else:  # left padding: the last column holds each row's last token
+        ends = packing.gather_bw[:, -1]
+        last_be, last_pos = hidden[0, ends], positions[0, ends]
+    return model.logits(last_be[:, None])[:, 0], cache, last_pos
 
 
 def _select_rows(cache, rows_b, *, cache_sharding):

@@ -172,8 +172,9 @@ class Sampler:
     Prefix reuse (`SamplingConfig.reuse_prefix`, on by default): the Sampler keeps the cache of its
     last call, and per cache row the tokens it holds (prompt + completion minus its last token). When
     new prompts continue those rows (multi-turn play re-sends prompt + reply + next user turn), only
-    each prompt's new tail is fed (`prefix.EXTEND`, compiled once per batch bucket, tail bucket and cache
-    size), and the results are those of a full prefill. One cache is kept per Sampler: callers that
+    each prompt's new tail is fed (`prefix.EXTEND`, compiled once per batch bucket, tail bucket, cache
+    size and packed-length bucket: the tails go packed like prompts, `SamplingConfig.pack_tails`), and the
+    results are those of a full prefill. One cache is kept per Sampler: callers that
     interleave (designer, hint writer, agent) simply replace it; `forget()` frees it.
     """
 
@@ -193,6 +194,17 @@ class Sampler:
         self.last_fed_tokens = 0  # token rows the last call's prefill ran through the matmuls (padding included)
         # Running totals since the last `pop_counts()`: what the model computed, padding included.
         self.counts = dict.fromkeys(COUNT_KEYS, 0)
+
+    def _packed(self, pack: bool, config: SamplingConfig, tokens, valid, positions):
+        """(tokens, positions, packing) of a left-padded [B, W] block for a prefill or a cache extension:
+        packed into one sequence (a `Packing`) if `pack` and it saves rows, else as given (packing None).
+        Under a batch-sharded mesh the block stays padded: a packed sequence has no rows to shard."""
+        if pack and self._batch_axes() is None:
+            length = fit_bucket(int(valid.sum()), config.packed_buckets, "packed prompt length")
+            if length < valid.size:
+                tokens, positions, packing = _pack(tokens, valid, positions, length, self.pad_token_id)
+                return tokens, positions, Packing(*map(self._put_batch, packing))
+        return tokens, positions, None
 
     # -- sharding -----------------------------------------------------------------------------------
 
@@ -319,12 +331,8 @@ class Sampler:
             for row, prompt in enumerate(prompts):  # left padding: every row writes the same cache slot
                 tokens[row, width - len(prompt):] = prompt
                 valid[row, width - len(prompt):] = True
-            positions, packing = _left_padded_positions(valid), None
-            if config.pack_prompts and self._batch_axes() is None:
-                packed = fit_bucket(sum(lengths), config.packed_buckets, "packed prompt length")
-                if packed < batch * width:
-                    tokens, positions, packing = _pack(prompts, batch, width, packed, self.pad_token_id)
-                    packing = Packing(*map(self._put_batch, packing))
+            positions = _left_padded_positions(valid)
+            tokens, positions, packing = self._packed(config.pack_prompts, config, tokens, valid, positions)
             self.last_fed_tokens = tokens.size
             positions = self._put_batch(positions)
             logits, cache, last_pos = self._prefill(
@@ -341,10 +349,12 @@ class Sampler:
                                     cache_sharding=self._cache_sharding())
             if slots > cache.slots:
                 cache = GROW(cache, slots=slots, cache_sharding=self._cache_sharding())
-            positions = self._put_batch(keep[:, None] + _left_padded_positions(valid))
+            positions = keep[:, None] + _left_padded_positions(valid)
+            tokens, positions, packing = self._packed(config.pack_tails, config, tokens, valid, positions)
+            positions = self._put_batch(positions)
             logits, cache, last_pos = EXTEND(
                 graphdef, params, cache, self._put_batch(tokens), self._put_batch(valid), self._put_batch(keep),
-                positions, _ROPE(self.model.spec, positions),
+                positions, _ROPE(self.model.spec, positions), packing,
             )
             self.last_reused_tokens = int(keep.sum())
             self.last_fed_tokens = tokens.size
@@ -424,22 +434,19 @@ class Sampler:
         return result
 
 
-def _pack(prompts, batch: int, width: int, length: int, pad_id: int):
-    """Prompts as one [1, length] sequence (trailing pad tokens), their positions, and the `Packing`
-    index arrays that map it to the left-padded [batch, width] layout (rows past the prompts: empty)."""
+def _pack(tokens_bw: np.ndarray, valid_bw: np.ndarray, positions_bw: np.ndarray, length: int, pad_id: int):
+    """The valid tokens of a padded [B, W] block as one [1, length] sequence (trailing pad tokens), their
+    positions, and the `Packing` index arrays that map it back to the block (padding: index 0)."""
+    at = np.flatnonzero(valid_bw)  # row-major: each row's tokens together, in order
     tokens = np.full((1, length), pad_id, np.int32)
     positions = np.zeros((1, length), np.int32)
-    gather = np.zeros((batch, width), np.int32)
+    gather = np.zeros(valid_bw.size, np.int32)
     scatter = np.zeros(length, np.int32)
-    start = 0
-    for row, prompt in enumerate(prompts):
-        n = len(prompt)
-        tokens[0, start:start + n] = prompt
-        positions[0, start:start + n] = np.arange(n)
-        gather[row, width - n:] = np.arange(start, start + n)
-        scatter[start:start + n] = row * width + np.arange(width - n, width)
-        start += n
-    return tokens, positions, (gather, scatter)
+    tokens[0, :at.size] = tokens_bw.ravel()[at]
+    positions[0, :at.size] = positions_bw.ravel()[at]
+    gather[at] = np.arange(at.size)
+    scatter[:at.size] = at
+    return tokens, positions, (gather.reshape(valid_bw.shape), scatter)
 
 
 def _left_padded_positions(valid_bt: np.ndarray) -> np.ndarray:

@@ -95,6 +95,24 @@ def test_sampled_multi_turn_reuse_draws_the_same_tokens(model, tokenizer):
     assert all(n > 0 for n in reused[1:])
 
 
+def test_packed_tails_equal_padded_tails_and_feed_fewer_rows(model, tokenizer):
+    """The tails fed over a kept cache go through the model packed (`pack_tails`, the default): the same
+    tokens and logprobs as the padded [rows, tail bucket] block, greedy and sampled, for fewer token rows."""
+    for config in (GREEDY, SamplingConfig(max_new_tokens=10, temperature=1.0, top_k=40)):
+        packed, padded = Sampler(model, tokenizer), Sampler(model, tokenizer)
+        prompts, rng = _first_prompts()
+        for turn in range(3):
+            got = packed.generate(prompts, config, key=turn)
+            want = padded.generate(prompts, config.replace(pack_tails=False), key=turn)
+            _check_same(got, want)
+            if turn:  # tails of 2-26 tokens in a bucket of 32 or more, four rows, then three
+                assert packed.last_reused_tokens == padded.last_reused_tokens > 0
+                assert packed.last_fed_tokens < padded.last_fed_tokens
+            prompts = [p + t + _user_turn(rng, row, turn) for row, (p, t) in enumerate(zip(prompts, got.tokens))]
+            if turn == 0:
+                prompts = prompts[1:]
+
+
 def test_reused_logprobs_equal_a_full_forward_pass(model, tokenizer):
     reused, _, sampler = _converse(model, tokenizer, GREEDY, 2)
     assert reused[1] > 0
