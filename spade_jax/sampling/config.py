@@ -25,7 +25,7 @@ def _half_octaves(start: int, stop: int) -> tuple[int, ...]:
     out = []
     for size in _powers_of_two(start, stop):
         out += [size, size * 3 // 2]
-    return tuple(s for s in out if s < stop) + (stop,)
+    return tuple(sorted({s for s in out if s < stop})) + (stop,)
 
 
 def _quarter_octaves(start: int, stop: int) -> tuple[int, ...]:
@@ -59,7 +59,9 @@ class SamplingConfig:
     # differ in length and finished conversations keep their rows, so the padded block is mostly padding.
     pack_tails: bool = True
     packed_buckets: tuple[int, ...] = _quarter_octaves(32, 1 << 20)
-    batch_buckets: tuple[int, ...] = _powers_of_two(1, 1 << 16)  # padded batch sizes
+    # padded batch sizes: 1, 2, 3, 4, 6, 8, 12, ..., 48, 64, ...; attention and the decode steps run on every
+    # padded row (48 plays in a bucket of 64 paid a third more for both in a laptop play)
+    batch_buckets: tuple[int, ...] = _half_octaves(1, 1 << 16)
     new_token_bucket: int = 64  # cache room for new tokens is max_new_tokens rounded up to this
     # KV cache dtype. "auto": float32 on a CPU (XLA:CPU attends faster over f32), the model's compute
     # dtype on an accelerator (a GPU trace of a bf16 model over an f32 cache spent ~10% of each
@@ -72,6 +74,11 @@ class SamplingConfig:
     # Host-only: feed only the new tail of prompts that extend the previous call's rows (same results).
     # compare=False keeps it out of ==/hash, so caches keyed by a config never split over it.
     reuse_prefix: bool = dataclasses.field(default=True, compare=False)
+    # Host-only too: with prefix reuse, move each row's kept tokens to its first slots (`prefix.COMPACT`)
+    # whenever that needs a smaller cache than writing after the longest row's padding would; the kept
+    # cache otherwise grows by a tail bucket and the reply room per turn, mostly empty slots that the
+    # extension and every decode step attend over. Same results.
+    compact_cache: bool = dataclasses.field(default=True, compare=False)
 
     def __post_init__(self):
         if self.max_new_tokens < 1:

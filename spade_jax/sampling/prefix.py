@@ -68,10 +68,36 @@ def _select_rows(cache, rows_b, *, cache_sharding):
     return cache
 
 
+def _compact(cache, keep_b, index, *, slots: int, cache_sharding):
+    """The kept cache with each row's first `keep_b[r]` tokens moved to its first slots, in order, into a
+    cache of `slots` slots whose next write is at `index` (>= every keep). A turn's tails are written for
+    every row at one slot range, left-padded to the longest, and its replies get the budget's room, so a
+    cache grows by (tail bucket + new-token room) per turn while each row grows by its own tail and reply:
+    after a few turns most slots are empty, and attention, in the extension and in every decode step,
+    reads them all. Attention depends on the slots' order only through causality, which moving every
+    kept token before `index` keeps."""
+    if slots > cache.slots:
+        cache = cache.padded(slots)
+    held = jnp.cumsum(cache.valid, axis=1, dtype=jnp.int32)
+    valid = cache.valid & (held <= keep_b[:, None])
+    order = jnp.argsort(~valid, axis=1, stable=True)[:, :slots]  # [B, slots]: kept slots first, in order
+    lead = 1 if cache.stacked else 0  # a layers axis before the batch
+    k_at = order[:, None, None, :][(None,) * lead]  # k: [..., B, KVH, D, S]
+    v_at = order[:, None, :, None][(None,) * lead]  # v: [..., B, KVH, S, D]
+    k = jax.tree.map(lambda x: jnp.take_along_axis(x, k_at, axis=-1), cache.k)
+    v = jax.tree.map(lambda x: jnp.take_along_axis(x, v_at, axis=-2), cache.v)
+    cache = KVCache(k=k, v=v, valid=jnp.arange(slots)[None, :] < keep_b[:, None], index=index)
+    if cache_sharding is not None:
+        cache = jax.lax.with_sharding_constraint(cache, cache_sharding)
+    return cache
+
+
 # Process-wide, like the Sampler's prefill and decode: compiled once per model structure and shape.
 EXTEND = jax.jit(_extend, static_argnums=0, donate_argnums=(2,))
 # A gather per (kept rows, new rows) pair: a copy, cheap to compile.
 SELECT_ROWS = jax.jit(_select_rows, static_argnames=("cache_sharding",))
+# A gather per (rows, old slots, new slots), cheap to compile like GROW.
+COMPACT = jax.jit(_compact, static_argnames=("slots", "cache_sharding"), donate_argnums=(0,))
 # A plain copy (a cheap compile per size pair), so the model-sized extend program compiles per cache
 # size only, not per (old size, new size).
 GROW = jax.jit(_grow, static_argnames=("slots", "cache_sharding"))
@@ -93,7 +119,8 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 def plan_reuse(kept: Kept, prompts, config, graphdef, params, width, batch, new_room, *, model, pad_token_id: int):
     """(row of each prompt, tokens kept per row, left-padded tails and their mask, cache slots, kept
-    rows to carry over), or None when a full prefill is the right call (see `Sampler.generate`).
+    rows to carry over, the slot to compact the kept tokens up to or None), or None when a full prefill
+    is the right call (see `Sampler.generate`).
 
     When the prompts fit in fewer rows than the kept cache has (`batch`, the bucket a fresh prefill
     would use, is smaller), the cache is compacted to the matched rows first: the last value lists
@@ -132,12 +159,22 @@ def plan_reuse(kept: Kept, prompts, config, graphdef, params, width, batch, new_
     tail_width = fit_bucket(tail, config.prompt_buckets, "prompt length")
     if len(rows) * tail_width >= batch * width:
         return None
-    slots, cap = kept.cache.slots, 2 * (width + new_room)
-    if kept.index + tail_width + new_room > slots:
-        # Preferably with a turn's worth of headroom, so that the next turn need not grow it again.
-        fits = [b + new_room for b in config.prompt_buckets if b >= kept.index + tail_width]
-        roomy = [s for s in fits if s >= kept.index + tail_width + 2 * new_room and s <= cap]
-        slots = (roomy or fits or [cap + 1])[0]
+    cap = 2 * (width + new_room)
+
+    def slots_for(index, slots):
+        """Slots for this call's tails and replies written at `index`: `slots` if they fit, else a bucket,
+        preferably with a turn's worth of headroom, so that the next turn need not grow it again."""
+        if index + tail_width + new_room <= slots:
+            return slots
+        fits = [b + new_room for b in config.prompt_buckets if b >= index + tail_width]
+        roomy = [s for s in fits if s >= index + tail_width + 2 * new_room and s <= cap]
+        return (roomy or fits or [cap + 1])[0]
+
+    slots, start = slots_for(kept.index, kept.cache.slots), None
+    if config.compact_cache:  # each row's kept tokens moved to its first slots: the next write at the longest
+        compact = slots_for(max(keeps), 0)
+        if compact < slots:
+            slots, start = compact, max(keeps)
     if slots > cap:
         return None
     keep = np.zeros(len(rows), np.int32)
@@ -147,4 +184,4 @@ def plan_reuse(kept: Kept, prompts, config, graphdef, params, width, batch, new_
         keep[row] = k
         tokens[row, tail_width - (len(prompt) - k):] = prompt[k:]
         valid[row, tail_width - (len(prompt) - k):] = True
-    return rows_of, keep, tokens, valid, slots, order
+    return rows_of, keep, tokens, valid, slots, order, start

@@ -29,7 +29,7 @@ from spade_jax.models.sharding import activation_mesh
 from spade_jax.sampling.choice import SamplingMode, choose, sampling_knobs
 from spade_jax.sampling.config import SamplingConfig, fit_bucket
 from spade_jax.sampling.packed import PACKED_WEIGHTS, cpu_kernel_applies
-from spade_jax.sampling.prefix import EXTEND, GROW, SELECT_ROWS, Kept, plan_reuse
+from spade_jax.sampling.prefix import COMPACT, EXTEND, GROW, SELECT_ROWS, Kept, plan_reuse
 from spade_jax.sampling.versions import ParamsVersion
 
 FINISH_REASONS = ("eos", "stop", "length")
@@ -252,7 +252,7 @@ class Sampler:
     def compile_count(self) -> int:
         """Programs compiled so far in this process by all Samplers (prefill, extend, decode); bounded by
         the buckets and model structures, not by the number of calls."""
-        return sum(f._cache_size() for f in (self._prefill, self._decode, EXTEND, GROW, SELECT_ROWS))
+        return sum(f._cache_size() for f in (self._prefill, self._decode, EXTEND, GROW, SELECT_ROWS, COMPACT))
 
     def forget(self) -> None:
         """Drop the cache kept from the last call and the model's packed decode weights (their memory is
@@ -341,13 +341,16 @@ class Sampler:
                 cache_dtype=config.kv_cache_dtype(self.model.dtype), cache_sharding=self._cache_sharding(),
             )
         else:
-            rows_of, keep, tokens, valid, slots, order = plan
+            rows_of, keep, tokens, valid, slots, order, start = plan
             batch = len(tokens)
             cache, kept = kept.cache, None
             if order is not None:
                 cache = SELECT_ROWS(cache, self._put_batch(np.asarray(order, np.int32)),
                                     cache_sharding=self._cache_sharding())
-            if slots > cache.slots:
+            if start is not None:
+                cache = COMPACT(cache, self._put_batch(keep), jnp.int32(start), slots=slots,
+                                cache_sharding=self._cache_sharding())
+            elif slots > cache.slots:
                 cache = GROW(cache, slots=slots, cache_sharding=self._cache_sharding())
             positions = keep[:, None] + _left_padded_positions(valid)
             tokens, positions, packing = self._packed(config.pack_tails, config, tokens, valid, positions)

@@ -113,6 +113,26 @@ def test_packed_tails_equal_padded_tails_and_feed_fewer_rows(model, tokenizer):
                 prompts = prompts[1:]
 
 
+def test_a_cache_of_mostly_empty_slots_is_compacted_and_gives_the_same_results(model, tokenizer):
+    """Each turn writes every row's tail at one slot range, left-padded to the longest, so the kept cache
+    grows by the tail bucket and the reply room per turn; `compact_cache` (the default) moves the kept
+    tokens to each row's first slots when that needs fewer slots. Same tokens and logprobs as a full
+    prefill, in a smaller cache than without it."""
+    compacting, growing, full = (Sampler(model, tokenizer) for _ in range(3))
+    prompts, rng = _first_prompts()
+    for turn in range(5):
+        got = compacting.generate(prompts, GREEDY, key=turn)
+        _check_same(got, full.generate(prompts, GREEDY.replace(reuse_prefix=False), key=turn))
+        _check_same(growing.generate(prompts, GREEDY.replace(compact_cache=False), key=turn), got)
+        if turn:
+            assert compacting.last_reused_tokens > 0
+        # one row's tail long, the others' short: the block's padding is most of what a turn adds
+        prompts = [p + t + _user_turn(rng, 3 * (row == turn % 4), 0) for row, (p, t) in
+                   enumerate(zip(prompts, got.tokens))]
+    assert compacting._kept.cache.slots < growing._kept.cache.slots
+    assert compacting._kept.index < growing._kept.index
+
+
 def test_reused_logprobs_equal_a_full_forward_pass(model, tokenizer):
     reused, _, sampler = _converse(model, tokenizer, GREEDY, 2)
     assert reused[1] > 0
