@@ -57,11 +57,14 @@ class SamplingConfig:
     pack_prompts: bool = True
     # The same for the new tails fed on top of a kept cache (`reuse_prefix`): a multi-turn turn's tails
     # differ in length and finished conversations keep their rows, so the padded block is mostly padding.
-    pack_tails: bool = True
+    # Off by default: with it (and compact_cache, half-octave batch_buckets) a 48-game, 8-turn play ran
+    # 1.52x faster once compiled, but a cold-cache `laptop` iteration's plays 1.27x slower, paying the
+    # compiles of the extra shapes (docs/benchmarks.md, "Packed tails, compacted caches")
+    pack_tails: bool = False
     packed_buckets: tuple[int, ...] = _quarter_octaves(32, 1 << 20)
-    # padded batch sizes: 1, 2, 3, 4, 6, 8, 12, ..., 48, 64, ...; attention and the decode steps run on every
-    # padded row (48 plays in a bucket of 64 paid a third more for both in a laptop play)
-    batch_buckets: tuple[int, ...] = _half_octaves(1, 1 << 16)
+    # padded batch sizes; attention and the decode steps run on every padded row, so half octaves
+    # ([1, 2, 3, 4, 6, 8, 12, ...]: 48 plays in 48 rows, not 64) run less, at more compiled shapes (pack_tails)
+    batch_buckets: tuple[int, ...] = _powers_of_two(1, 1 << 16)
     new_token_bucket: int = 64  # cache room for new tokens is max_new_tokens rounded up to this
     # KV cache dtype. "auto": float32 on a CPU (XLA:CPU attends faster over f32), the model's compute
     # dtype on an accelerator (a GPU trace of a bf16 model over an f32 cache spent ~10% of each
@@ -77,8 +80,8 @@ class SamplingConfig:
     # Host-only too: with prefix reuse, move each row's kept tokens to its first slots (`prefix.COMPACT`)
     # whenever that needs a smaller cache than writing after the longest row's padding would; the kept
     # cache otherwise grows by a tail bucket and the reply room per turn, mostly empty slots that the
-    # extension and every decode step attend over. Same results.
-    compact_cache: bool = dataclasses.field(default=True, compare=False)
+    # extension and every decode step attend over. Same results; off by default (see pack_tails).
+    compact_cache: bool = dataclasses.field(default=False, compare=False)
 
     def __post_init__(self):
         if self.max_new_tokens < 1:

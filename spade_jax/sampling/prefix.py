@@ -49,11 +49,9 @@ def _extend(graphdef, params, cache, tokens, valid_bt, keep_b, positions, rope, 
     cache = cache.replace(valid=cache.valid & (held <= keep_b[:, None]))
     hidden, cache = model.hidden_states(tokens, positions, valid_bt, cache, rope, packing)
     if packing is None:
-        last_be, last_pos = hidden[:, -1], positions[:, -1]
-    else:  # left padding: the last column holds each row's last token
-        ends = packing.gather_bw[:, -1]
-        last_be, last_pos = hidden[0, ends], positions[0, ends]
-    return model.logits(last_be[:, None])[:, 0], cache, last_pos
+        return model.logits(hidden[:, -1:])[:, 0], cache, positions[:, -1]
+    ends = packing.gather_bw[:, -1]  # left padding: the last column holds each row's last token
+    return model.logits(hidden[0, ends][:, None])[:, 0], cache, positions[0, ends]
 
 
 def _select_rows(cache, rows_b, *, cache_sharding):
@@ -96,8 +94,9 @@ def _compact(cache, keep_b, index, *, slots: int, cache_sharding):
 EXTEND = jax.jit(_extend, static_argnums=0, donate_argnums=(2,))
 # A gather per (kept rows, new rows) pair: a copy, cheap to compile.
 SELECT_ROWS = jax.jit(_select_rows, static_argnames=("cache_sharding",))
-# A gather per (rows, old slots, new slots), cheap to compile like GROW.
-COMPACT = jax.jit(_compact, static_argnames=("slots", "cache_sharding"), donate_argnums=(0,))
+# A gather per (rows, old slots, new slots), cheap to compile like GROW; nothing donated: the output
+# is another shape, so XLA could not write it over the input.
+COMPACT = jax.jit(_compact, static_argnames=("slots", "cache_sharding"))
 # A plain copy (a cheap compile per size pair), so the model-sized extend program compiles per cache
 # size only, not per (old size, new size).
 GROW = jax.jit(_grow, static_argnames=("slots", "cache_sharding"))

@@ -154,7 +154,9 @@ def test_a_token_holding_a_stop_string_ends_its_row_on_device(loaded, sampler):
         assert cut.tokens[row] == tokens[:end]
         assert cut.finish_reasons[row] == ("stop" if end else "length")
         assert cut.texts[row] == (text[: text.find(stop) + 1] if end else text)
-        np.testing.assert_allclose(cut.logprobs[row], free.logprobs[row][: len(cut.tokens[row])], atol=1e-6)
+        # the second call extends the kept cache, the first prefilled: float32 sums in another order
+        # (1.5e-6 apart on an AMD EPYC), as the prefix tests' 1e-5
+        np.testing.assert_allclose(cut.logprobs[row], free.logprobs[row][: len(cut.tokens[row])], atol=1e-5)
 
 
 def test_eos_and_stop_token_ids_end_rows(loaded, sampler):
@@ -203,15 +205,15 @@ def test_buckets_bound_compiles(loaded):
 
 def test_packed_prefill_equals_padded(loaded, sampler):
     """Ragged prompts packed into one sequence (the default) give the padded prefill's results, greedy
-    and sampled, with a batch-bucket padding row (5 prompts in a batch of 6)."""
+    and sampled, with batch-bucket padding rows (5 prompts in a batch of 8)."""
     prompts = [loaded.tokenizer.encode(p) for p in PROMPTS[:2]] + [list(range(40, 90)), [7] * 3, [8] * 4]
     for kwargs in (dict(temperature=0.0, ignore_eos=True), dict(temperature=0.9, top_p=0.95)):
         config = SamplingConfig(max_new_tokens=10, reuse_prefix=False, **kwargs)
         packed = sampler.generate(prompts, config, key=5)
         fed_packed = sampler.last_fed_tokens
         padded = sampler.generate(prompts, config.replace(pack_prompts=False), key=5)
-        assert sum(map(len, prompts)) <= fed_packed == 80  # the packed bucket; 6 rows x the prompt bucket:
-        assert sampler.last_fed_tokens == 6 * 64
+        assert sum(map(len, prompts)) <= fed_packed == 80  # the packed bucket; 8 rows x the prompt bucket:
+        assert sampler.last_fed_tokens == 8 * 64
         assert packed.tokens == padded.tokens
         for a, b in zip(packed.logprobs, padded.logprobs):
             np.testing.assert_allclose(a, b, atol=1e-5)
