@@ -1,10 +1,11 @@
 """Episodes per second of the host loop (`rollout.play_episodes`, one `Sampler.generate` per turn over
-every live conversation) with the Sampler's defaults (ours: cross-call prefix reuse, new tails packed)
-against a baseline setting (by default reuse off: each turn re-prefills the whole conversation; or any
-`SamplingConfig` fields, `--baseline pack_tails=false`), same model, environment, seeds, greedy decoding.
+every live conversation) with the Sampler's defaults (ours: cross-call prefix reuse; `--ours KEY=VALUE`
+sets `SamplingConfig` fields) against a baseline setting (by default reuse off: each turn re-prefills the
+whole conversation; `--baseline KEY=VALUE` sets others), same model, environment, seeds, greedy decoding.
 
     .venv/bin/python benchmarks/multiturn.py [--model smollm2-135m-instruct|tiny] [--env odd_one_out]
-        [--batch 16] [--turns 6] [--max-new-tokens 32] [--repeats 2] [--baseline KEY=VALUE ...]
+        [--batch 16] [--turns 6] [--max-new-tokens 32] [--repeats 2] [--ours KEY=VALUE ...]
+        [--baseline KEY=VALUE ...]
 
 Each side first plays the same seeds once untimed (its compiles: prefill buckets for the baseline,
 extend/grow programs for reuse), then `--repeats` timed plays; greedy decoding makes every play of
@@ -61,11 +62,13 @@ def main():
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--ours", action="append", metavar="KEY=VALUE", default=[],
+                        help="SamplingConfig field of ours (repeatable; default: the defaults)")
     parser.add_argument("--baseline", action="append", metavar="KEY=VALUE",
                         help="SamplingConfig field of the baseline (repeatable; default reuse_prefix=false)")
     args = parser.parse_args()
-    changes = dict(item.split("=", 1) for item in args.baseline or ["reuse_prefix=false"])
-    changes = {key: yaml.safe_load(value) for key, value in changes.items()}
+    fields = lambda items: {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in items)}  # noqa: E731
+    ours_changes, changes = fields(args.ours), fields(args.baseline or ["reuse_prefix=false"])
 
     model, tokenizer = load(args.model)
     base = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=0.0)
@@ -76,7 +79,9 @@ def main():
           f"load average {os.getloadavg()[0]:.1f}")
 
     label = " ".join(f"{key}={value}" for key, value in changes.items())
-    sides = {"ours": base, f"baseline ({label})": base.replace(**changes)}
+    ours_label = " ".join(f"{key}={value}" for key, value in ours_changes.items())
+    sides = {f"ours ({ours_label or 'defaults'})": base.replace(**ours_changes),
+             f"baseline ({label})": base.replace(**changes)}
     best, first, outcome = {}, {}, {}
     for name, sampling in sides.items():  # untimed first play: compiles
         _, _, first[name] = play(args.env, model, tokenizer, sampling, rollout, seeds)
