@@ -138,6 +138,29 @@ def test_a_cache_of_mostly_empty_slots_is_compacted_and_gives_the_same_results(m
     assert compacting._kept.index < growing._kept.index
 
 
+def test_compact_moves_each_rows_kept_tokens_to_its_first_slots_in_both_cache_layouts():
+    from spade_jax.models.decoder import KVCache
+    from spade_jax.sampling.prefix import COMPACT
+
+    rng = np.random.default_rng(0)
+    flat = KVCache.create(get_preset("tiny"), 3, 16)
+    k = tuple(rng.normal(size=x.shape).astype(np.float32) for x in flat.k)
+    v = tuple(rng.normal(size=x.shape).astype(np.float32) for x in flat.v)
+    valid = rng.random((3, 16)) < 0.5
+    keep = np.minimum(valid.sum(1), 5).astype(np.int32)
+    flat = flat.replace(k=k, v=v, valid=valid, index=np.int32(16))
+    stacked = KVCache(k=np.stack(k), v=np.stack(v), valid=valid, index=np.int32(16))
+    for cache in (flat, stacked):
+        got = COMPACT(cache, keep, np.int32(5), slots=12, cache_sharding=None)
+        assert got.slots == 12 and int(got.index) == 5
+        np.testing.assert_array_equal(got.valid, np.arange(12)[None] < keep[:, None])
+        for layer, (gk, gv) in enumerate(zip(*got.per_layer())):
+            for row in range(3):
+                kept = np.flatnonzero(valid[row])[: keep[row]]  # its first `keep` held slots, in order
+                np.testing.assert_array_equal(gk[row][..., : len(kept)], k[layer][row][..., kept])
+                np.testing.assert_array_equal(gv[row][:, : len(kept)], v[layer][row][:, kept])
+
+
 def test_reused_logprobs_equal_a_full_forward_pass(model, tokenizer):
     reused, _, sampler = _converse(model, tokenizer, GREEDY, 2)
     assert reused[1] > 0
