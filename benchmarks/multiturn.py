@@ -54,6 +54,15 @@ def play(env_name, model, tokenizer, sampling, rollout, seeds):
     return trajectories, generate, time.perf_counter() - t0
 
 
+def _fields(items):
+    """KEY=VALUE strings as SamplingConfig field changes (values read as YAML)."""
+    return {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in items)}
+
+
+def _label(changes):
+    return " ".join(f"{key}={value}" for key, value in changes.items())
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
@@ -67,8 +76,7 @@ def main():
     parser.add_argument("--baseline", action="append", metavar="KEY=VALUE",
                         help="SamplingConfig field of the baseline (repeatable; default reuse_prefix=false)")
     args = parser.parse_args()
-    fields = lambda items: {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in items)}  # noqa: E731
-    ours_changes, changes = fields(args.ours), fields(args.baseline or ["reuse_prefix=false"])
+    ours_changes, changes = _fields(args.ours), _fields(args.baseline or ["reuse_prefix=false"])
 
     model, tokenizer = load(args.model)
     base = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=0.0)
@@ -78,10 +86,8 @@ def main():
           f"{args.max_new_tokens} new tokens per turn, greedy; {jax.devices()[0].platform}, "
           f"load average {os.getloadavg()[0]:.1f}")
 
-    label = " ".join(f"{key}={value}" for key, value in changes.items())
-    ours_label = " ".join(f"{key}={value}" for key, value in ours_changes.items())
-    sides = {f"ours ({ours_label or 'defaults'})": base.replace(**ours_changes),
-             f"baseline ({label})": base.replace(**changes)}
+    sides = {f"ours ({_label(ours_changes) or 'defaults'})": base.replace(**ours_changes),
+             f"baseline ({_label(changes)})": base.replace(**changes)}
     best, first, outcome = {}, {}, {}
     for name, sampling in sides.items():  # untimed first play: compiles
         _, _, first[name] = play(args.env, model, tokenizer, sampling, rollout, seeds)

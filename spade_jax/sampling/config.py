@@ -25,7 +25,7 @@ def _half_octaves(start: int, stop: int) -> tuple[int, ...]:
     out = []
     for size in _powers_of_two(start, stop):
         out += [size, size * 3 // 2]
-    return tuple(sorted({s for s in out if s < stop})) + (stop,)
+    return tuple(s for s in out if s < stop) + (stop,)
 
 
 def _quarter_octaves(start: int, stop: int) -> tuple[int, ...]:

@@ -171,9 +171,9 @@ def plan_reuse(kept: Kept, prompts, config, graphdef, params, width, batch, new_
 
     slots, start = slots_for(kept.index, kept.cache.slots), None
     if config.compact_cache:  # each row's kept tokens moved to its first slots: the next write at the longest
-        compact = slots_for(max(keeps), 0)
-        if compact < slots:
-            slots, start = compact, max(keeps)
+        longest = max(keeps)
+        if (compact := slots_for(longest, 0)) < slots:
+            slots, start = compact, longest
     if slots > cap:
         return None
     keep = np.zeros(len(rows), np.int32)
