@@ -19,6 +19,7 @@ from pathlib import Path
 
 from experiments.eval import UsageError, _load_policy
 from spade_jax import evaluation
+from spade_jax.evaluation.rg_items import parse_rg_task
 
 # Screening seeds: far from the suites' HELDOUT_SEED_BASE + 0..episodes-1.
 SCREEN_SEED_BASE = 900_777
@@ -37,11 +38,24 @@ CANDIDATES = (
 )
 
 
+def split_candidates(text: str) -> list[str]:
+    """The comma-separated candidates of --candidates, where a candidate's own config may hold commas:
+    "gcd,chain_sum(min_terms=2, max_terms=2)" -> ["gcd", "chain_sum(min_terms=2, max_terms=2)"]."""
+    names, depth, start = [], 0, 0
+    for i, char in enumerate(text + ","):
+        depth += (char in "([") - (char in ")]")
+        if char == "," and depth <= 0:
+            names.append(text[start:i].strip())
+            start = i + 1
+    return [name for name in names if name]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m experiments.screen", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="preset name, HF model directory or .gguf file")
     parser.add_argument("--candidates", default=",".join(CANDIDATES),
-                        help="comma-separated reasoning-gym dataset names (default: the built-in list)")
+                        help="comma-separated reasoning-gym datasets, each at its default difficulty or at a "
+                             "config, e.g. 'gcd,chain_sum(min_terms=2, max_terms=2)' (default: the built-in list)")
     parser.add_argument("--episodes", type=int, default=24, help="episodes per candidate")
     parser.add_argument("--low", type=float, default=0.10, help="lower edge of the band")
     parser.add_argument("--high", type=float, default=0.60, help="upper edge of the band")
@@ -65,16 +79,18 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
         if not 0 <= args.low < args.high <= 1:
             raise UsageError(f"the band must satisfy 0 <= --low < --high <= 1, got [{args.low}, {args.high}]")
-        names = [name.strip() for name in args.candidates.split(",") if name.strip()]
+        names = split_candidates(args.candidates)
         if not names:
             raise UsageError("--candidates names no dataset")
         from reasoning_gym.factory import DATASETS
 
         for name in names:
-            if name not in DATASETS:
-                close = difflib.get_close_matches(name, DATASETS, n=1)
+            dataset = name.split("(", 1)[0].strip()
+            if dataset not in DATASETS:
+                close = difflib.get_close_matches(dataset, DATASETS, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise UsageError(f"no reasoning-gym dataset {name!r}{hint}")
+                raise UsageError(f"no reasoning-gym dataset {dataset!r}{hint}")
+            parse_rg_task(name)
         seeds = tuple(range(SCREEN_SEED_BASE, SCREEN_SEED_BASE + args.episodes))
         tasks = [evaluation.EvalTask(f"rg:{name}", args.episodes, 1, seeds) for name in names]
         args.run, args.seed = None, 0
@@ -89,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         row = report.to_dict()["tasks"][0]
         row["in_band"] = args.low <= row["success_rate"] <= args.high
         rows.append(row)
-        print(f"{'*' if row['in_band'] else ' '} {row['env_id']:<32} {row['successes']:>3}/{row['episodes']:<3} "
+        print(f"{'*' if row['in_band'] else ' '} {row['env_id']:<48} {row['successes']:>3}/{row['episodes']:<3} "
               f"{row['success_rate']:6.1%}", flush=True)
         if args.out:
             Path(args.out).write_text(json.dumps(rows, indent=2) + "\n")

@@ -70,8 +70,8 @@ def _stems(text: str, length: int | None = 5) -> frozenset[str]:
 
 def _task_name(env_id: str) -> str:
     """The puzzle's name in an eval env id: "game:TowerofHanoi-v0-easy" -> "Tower of Hanoi",
-    "rg:knights_knaves" -> "knights knaves"."""
-    name = re.split(r"-v\d", env_id.split(":", 1)[-1])[0]
+    "rg:knights_knaves" and "rg:knights_knaves(n_people=2)" -> "knights knaves"."""
+    name = re.split(r"-v\d|\(", env_id.split(":", 1)[-1])[0]  # no version, no config
     return _GLUED.sub(r" \1 ", name).replace("_", " ")
 
 

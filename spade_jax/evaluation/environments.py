@@ -8,7 +8,7 @@ from typing import Any
 
 from spade_jax.envs.api import extract_boxed
 from spade_jax.envs.gem_adapter import make_gem_env
-from spade_jax.evaluation.rg_items import rg_item, rg_score
+from spade_jax.evaluation.rg_items import parse_rg_task, rg_item, rg_score
 from spade_jax.evaluation.suites import HELDOUT_SEED_BASE
 
 # reasoning-gym answers count as solved at this score (scores are in [0, 1]; some are partial).
@@ -50,11 +50,8 @@ class _ReasoningGymEnv:
     same in every process (evaluation.rg_items)."""
 
     def __init__(self, env_id: str):
-        import reasoning_gym
-
         self.name = env_id.split(":", 1)[1]
-        if self.name not in reasoning_gym.factory.DATASETS:
-            raise ValueError(f"unknown reasoning-gym task {self.name!r} in {env_id!r}")
+        parse_rg_task(self.name)  # a clear error for a bad name or field before any helper process
 
     def reset(self, seed: int) -> str:
         self._seed = seed

@@ -10,6 +10,8 @@ JSON request and reply per line), started on first use and kept for this process
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import functools
 import json
 import math
@@ -27,8 +29,45 @@ HASH_SEED = "0"  # the helper's PYTHONHASHSEED
 _PACKAGE_PATH = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))
 
 
+def parse_rg_task(spec: str) -> tuple[str, dict[str, Any]]:
+    """A task spec's reasoning-gym dataset and config: "basic_arithmetic" -> ("basic_arithmetic", {}),
+    "chain_sum(max_terms=2, max_digits=1)" -> ("chain_sum", {"max_terms": 2, "max_digits": 1}): the
+    generator at a chosen difficulty, with its config fields set to Python literals (lists as tuples).
+    Raises ValueError naming what is wrong: the syntax, an unknown dataset or an unknown field."""
+    from reasoning_gym.factory import DATASETS
+
+    usage = "write e.g. 'rg:chain_sum' or 'rg:chain_sum(max_terms=2, max_digits=1)'"
+    try:
+        node = ast.parse(spec.strip(), mode="eval").body
+    except SyntaxError:
+        raise ValueError(f"reasoning-gym task {spec!r} does not parse; {usage}") from None
+    if isinstance(node, ast.Name):
+        name, keywords = node.id, []
+    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args
+          and all(k.arg for k in node.keywords)):
+        name, keywords = node.func.id, node.keywords
+    else:
+        raise ValueError(f"reasoning-gym task {spec!r} is not name or name(field=value, ...); {usage}")
+    if name not in DATASETS:
+        raise ValueError(f"unknown reasoning-gym task {name!r} in {spec!r}")
+    fields = {f.name for f in dataclasses.fields(DATASETS[name][1])} - {"seed", "size"}
+    config = {}
+    for keyword in keywords:
+        if keyword.arg not in fields:
+            raise ValueError(f"reasoning-gym task {spec!r}: {name} has no config field {keyword.arg!r}; "
+                             f"its fields: {', '.join(sorted(fields))}")
+        try:
+            value = ast.literal_eval(keyword.value)
+        except (ValueError, TypeError, SyntaxError):
+            raise ValueError(f"reasoning-gym task {spec!r}: {keyword.arg}={ast.unparse(keyword.value)} is not a "
+                             "Python literal") from None
+        config[keyword.arg] = tuple(value) if isinstance(value, list) else value
+    return name, config
+
+
 def rg_item(name: str, seed: int) -> dict[str, str]:
-    """Item `seed` of reasoning-gym task `name`: {"question": ..., "answer": ...} (the answer as text)."""
+    """Item `seed` of reasoning-gym task `name` (a `parse_rg_task` spec): {"question": ..., "answer": ...}
+    (the answer as text)."""
     return _request({"op": "item", "name": name, "seed": seed})
 
 
@@ -90,7 +129,8 @@ def _dataset(name: str, seed: int):
     import reasoning_gym
 
     with saved_global_rng():
-        dataset = reasoning_gym.create_dataset(name, size=1, seed=seed)
+        dataset_name, config = parse_rg_task(name)
+        dataset = reasoning_gym.create_dataset(dataset_name, size=1, seed=seed, **config)
         return dataset, dataset[0]
 
 

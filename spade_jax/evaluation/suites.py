@@ -15,7 +15,8 @@ HELDOUT_SEED_BASE = 900_000
 class EvalTask:
     """One held-out environment and how to play it."""
 
-    # "game:<GEM id>" (GEM game), "rg:<name>" (reasoning-gym dataset) or "lib:<name>(CONST=value,...)"
+    # "game:<GEM id>" (GEM game), "rg:<name>" or "rg:<name>(field=value,...)" (a reasoning-gym dataset, at its
+    # default difficulty or at the config given) or "lib:<name>(CONST=value,...)"
     # (a training library program: the `train` suite, never held out)
     env_id: str
     episodes: int  # episodes scored, one per seed
@@ -23,10 +24,10 @@ class EvalTask:
     seeds: tuple[int, ...] = ()  # episode seeds; empty means HELDOUT_SEED_BASE + 0..episodes-1
 
     def __post_init__(self):
-        if not re.fullmatch(r"(game|rg):[A-Za-z0-9_.\-]+|lib:[A-Za-z0-9_]+(\([^()]*\))?", self.env_id):
+        if not re.fullmatch(r"game:[A-Za-z0-9_.\-]+|(rg|lib):[A-Za-z0-9_]+(\([^()]*\))?", self.env_id):
             raise ValueError(
                 f"eval env id {self.env_id!r} must look like 'game:TowerofHanoi-v0-easy', "
-                "'rg:countdown' or 'lib:odd_one_out(ROUNDS=2,CHOICES=3)'"
+                "'rg:countdown', 'rg:chain_sum(max_terms=2)' or 'lib:odd_one_out(ROUNDS=2,CHOICES=3)'"
             )
         if self.episodes < 1:
             raise ValueError(f"{self.env_id}: episodes must be >= 1, got {self.episodes}")

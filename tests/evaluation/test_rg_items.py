@@ -60,3 +60,36 @@ def test_helper_restarts_after_it_dies():
 def test_unknown_task_is_a_clear_error():
     with pytest.raises(ValueError, match="reasoning-gym: .*no_such_task"):
         rg_items.rg_item("no_such_task", 0)
+
+
+def test_a_configured_task_is_reasoning_gyms_dataset_at_that_config():
+    import reasoning_gym
+
+    spec = "basic_arithmetic(min_terms=2, max_terms=2, max_digits=1, operators=['+', '-'])"
+    for seed in (0, 7):
+        expected = reasoning_gym.create_dataset("basic_arithmetic", size=1, seed=seed, min_terms=2, max_terms=2,
+                                                max_digits=1, operators=("+", "-"))[0]
+        assert rg_items.rg_item(spec, seed) == {"question": expected["question"], "answer": str(expected["answer"])}
+        assert rg_items.rg_score(spec, seed, str(expected["answer"])) == 1.0
+    assert rg_items.rg_item(spec, 0) != rg_items.rg_item("basic_arithmetic", 0)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("chain_sum(no_field=1)", "chain_sum has no config field 'no_field'; its fields: allow_negation, max_digits"),
+    ("chain_sum(max_terms=two)", "max_terms=two is not a Python literal"),
+    ("chain_sum(2)", "is not name or name\\(field=value, ...\\)"),
+    ("chain_sum(max_terms=2", "does not parse"),
+    ("no_such_task(x=1)", "unknown reasoning-gym task 'no_such_task'"),
+])
+def test_a_bad_task_config_is_a_one_line_error(spec, message):
+    with pytest.raises(ValueError, match=message) as err:
+        rg_items.parse_rg_task(spec)
+    assert "\n" not in str(err.value)
+
+
+def test_a_config_reasoning_gym_refuses_is_its_error_at_first_use():
+    from spade_jax.evaluation.environments import make_eval_env
+
+    env = make_eval_env("rg:chain_sum(min_terms=5, max_terms=2)")  # the fields exist; their values clash
+    with pytest.raises(ValueError, match="reasoning-gym: AssertionError: max_terms must be >= min_terms"):
+        env.reset(0)

@@ -19,6 +19,8 @@ def test_screen_usage_errors(capsys):
     assert "names no dataset" in capsys.readouterr().err
     assert screen.main(["--model", "tiny", "--candidates", "ransom_note,no_such_generator"]) == 2
     assert capsys.readouterr().err.startswith("error: no reasoning-gym dataset 'no_such_generator'")
+    assert screen.main(["--model", "tiny", "--candidates", "gcd,chain_sum(max_terms=2, no_field=1)"]) == 2
+    assert "chain_sum has no config field 'no_field'" in capsys.readouterr().err
     assert screen.main(["--model", "no-such-model"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: unknown model") and err.count("\n") == 1
@@ -37,9 +39,11 @@ def test_screen_writes_each_candidate(tmp_path, capsys):
     from experiments import screen
 
     out = tmp_path / "screen.json"
-    assert screen.main(["--model", "tiny", "--candidates", "basic_arithmetic,ransom_note", "--episodes", "2",
+    candidates = "basic_arithmetic,ransom_note,chain_sum(min_terms=2, max_terms=2, max_digits=1)"
+    assert screen.main(["--model", "tiny", "--candidates", candidates, "--episodes", "2",
                         "--max-new-tokens", "4", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())
-    assert [r["env_id"] for r in rows] == ["rg:basic_arithmetic", "rg:ransom_note"]
+    assert [r["env_id"] for r in rows] == ["rg:basic_arithmetic", "rg:ransom_note",
+                                           "rg:chain_sum(min_terms=2, max_terms=2, max_digits=1)"]
     assert all(r["episodes"] == 2 and r["in_band"] == (0.1 <= r["success_rate"] <= 0.6) for r in rows)
-    assert "of 2 candidates inside [10%, 60%]" in capsys.readouterr().out
+    assert "of 3 candidates inside [10%, 60%]" in capsys.readouterr().out
