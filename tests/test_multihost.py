@@ -98,7 +98,9 @@ def test_two_processes_match_one_process(tmp_path):
     launch = _launch_module()
     base = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "SPADE_", "XLA_"))}
     base["PYTHONPATH"] = str(ROOT)
-    single_env = dict(base, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    # the flags the two processes get from launch.local_env: ours (tests/conftest.py) and 8 devices
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8".strip()
+    single_env = dict(base, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
     args = launch.build_parser().parse_args(["local", "--processes", "2", "--devices", "4",
                                              "--port", str(_free_port())])
     one_cmd = [sys.executable, str(WORKER), str(tmp_path / "one" / "res"), str(tmp_path / "one" / "run")]

@@ -27,7 +27,8 @@ def test_constrain_is_the_identity_without_a_mesh():
 def test_standard_meshes_compile_without_involuntary_rematerialization():
     """The child compiles the train step and runs the sampler under each standard mesh on 8 CPU devices;
     the partitioner's warnings go to its stderr."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8"}
     done = subprocess.run([sys.executable, str(CHECK), "tiny"], capture_output=True, text=True, env=env,
                           timeout=900, cwd=Path(__file__).parents[2])
     assert done.returncode == 0, done.stderr[-3000:]
