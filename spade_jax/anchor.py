@@ -68,17 +68,24 @@ class AnchorConfig:
         for task in self.tasks:
             if not task.startswith("rg:"):
                 raise ConfigError(f"anchor.tasks: {task!r} is not a one-turn reasoning-gym task ('rg:<name>')")
-            suites = sorted(name for name, suite in SUITES.items() if task in {t.env_id for t in suite.tasks})
+            suites = sorted(name for name, suite in SUITES.items()
+                            if _dataset(task) in {_dataset(t.env_id) for t in suite.tasks if t.kind == "rg"})
             if suites:
                 raise ConfigError(f"anchor.tasks: {task} is scored by the eval suite(s) {', '.join(suites)}; "
                                   "an anchor must not train on what is evaluated")
         if self.tasks != DEFAULT_TASKS:  # reasoning-gym's import takes a second: only for tasks of one's own
-            import reasoning_gym
+            from spade_jax.evaluation.rg_items import parse_rg_task
 
-            unknown = [t for t in self.tasks if t.split(":", 1)[1] not in reasoning_gym.factory.DATASETS]
-            if unknown:
-                raise ConfigError(f"anchor.tasks: {', '.join(unknown)} not among reasoning-gym's datasets "
-                                  f"(reasoning_gym.factory.DATASETS)")
+            for task in self.tasks:
+                try:
+                    parse_rg_task(task.split(":", 1)[1])
+                except ValueError as err:
+                    raise ConfigError(f"anchor.tasks: {err}") from None
+
+
+def _dataset(env_id: str) -> str:
+    """The reasoning-gym dataset of an "rg:name" or "rg:name(field=value, ...)" id."""
+    return env_id.split(":", 1)[1].split("(", 1)[0].strip()
 
 
 def anchor_plan(cfg: AnchorConfig) -> list[tuple[str, int]]:

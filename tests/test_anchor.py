@@ -35,8 +35,13 @@ def test_config_refuses_eval_tasks_other_kinds_and_bad_counts():
         AnchorConfig(tasks=("rg:countdown",))
     with pytest.raises(ConfigError, match="not a one-turn reasoning-gym task"):
         AnchorConfig(tasks=("game:GuessTheNumber-v0",))
-    with pytest.raises(ConfigError, match="rg:no_such_task not among reasoning-gym's datasets"):
+    with pytest.raises(ConfigError, match="anchor.tasks: unknown reasoning-gym task 'no_such_task'"):
         load_config("tiny", ["anchor.tasks=rg:gcd,rg:no_such_task"])
+    with pytest.raises(ConfigError, match="rg:syllogism\\(allow_some=False\\) is scored by the eval suite"):
+        AnchorConfig(tasks=("rg:syllogism(allow_some=False)",))  # another difficulty of an evaluated generator
+    with pytest.raises(ConfigError, match="anchor.tasks: .*gcd has no config field 'no_field'"):
+        AnchorConfig(tasks=("rg:gcd(no_field=1)",))
+    AnchorConfig(tasks=("rg:gcd(max_value=20)",))  # a generator at a chosen difficulty
     AnchorConfig(tasks=tuple(reversed(DEFAULT_TASKS)))  # the defaults are reasoning-gym datasets (checked as one's own)
     with pytest.raises(ConfigError, match="anchor.tasks is empty"):
         load_config("tiny", ["anchor.tasks=[]"])
