@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     parser.add_argument("--reply-prefix", default="", help="text forced at the start of every reply")
     parser.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop string, repeatable")
+    parser.add_argument("--answer-line", default=None,
+                        help="the line after each question, in place of the suites' "
+                             "(spade_jax.evaluation.RG_ANSWER_INSTRUCTION): to screen under another answer format")
     parser.add_argument("--batch-size", type=int, default=8, help="most conversations per generation call")
     parser.add_argument("--out", help="JSON file for the per-candidate figures")
     return parser
@@ -70,7 +73,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from spade_jax.rollout import AGENT_SYSTEM
     from spade_jax.run import setup_logging
 
     setup_logging(None, "WARNING")
@@ -98,19 +100,36 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    from spade_jax.evaluation import environments
+
+    suites_line = environments.RG_ANSWER_INSTRUCTION
+    if args.answer_line is not None:
+        environments.RG_ANSWER_INSTRUCTION = args.answer_line
+    try:
+        rows = _screen(policy, tasks, args)
+    finally:
+        environments.RG_ANSWER_INSTRUCTION = suites_line
+    print(f"\n{sum(r['in_band'] for r in rows)} of {len(rows)} candidates inside [{args.low:.0%}, {args.high:.0%}] (*)")
+    return 0
+
+
+def _screen(policy, tasks: list, args: argparse.Namespace) -> list[dict]:
+    from spade_jax.evaluation import environments
+    from spade_jax.rollout import AGENT_SYSTEM
+
     rows = []
     for task in tasks:  # one at a time: each line is printed (and saved) as soon as it is known
         report = evaluation.evaluate(policy, evaluation.EvalSuite("screen", (task,)), batch_size=args.batch_size,
                                      system_prompt=AGENT_SYSTEM)
         row = report.to_dict()["tasks"][0]
         row["in_band"] = args.low <= row["success_rate"] <= args.high
+        row["answer_line"] = environments.RG_ANSWER_INSTRUCTION
         rows.append(row)
         print(f"{'*' if row['in_band'] else ' '} {row['env_id']:<48} {row['successes']:>3}/{row['episodes']:<3} "
               f"{row['success_rate']:6.1%}", flush=True)
         if args.out:
             Path(args.out).write_text(json.dumps(rows, indent=2) + "\n")
-    print(f"\n{sum(r['in_band'] for r in rows)} of {len(rows)} candidates inside [{args.low:.0%}, {args.high:.0%}] (*)")
-    return 0
+    return rows
 
 
 if __name__ == "__main__":

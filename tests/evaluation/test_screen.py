@@ -47,3 +47,24 @@ def test_screen_writes_each_candidate(tmp_path, capsys):
                                            "rg:chain_sum(min_terms=2, max_terms=2, max_digits=1)"]
     assert all(r["episodes"] == 2 and r["in_band"] == (0.1 <= r["success_rate"] <= 0.6) for r in rows)
     assert "of 3 candidates inside [10%, 60%]" in capsys.readouterr().out
+
+
+def test_answer_line_is_used_for_the_screen_and_put_back(tmp_path, monkeypatch):
+    from experiments import screen
+    from spade_jax import evaluation
+    from spade_jax.evaluation.environments import RG_ANSWER_INSTRUCTION, make_eval_env
+
+    seen, real = [], evaluation.evaluate
+
+    def spy(policy, suite, **kwargs):
+        task = suite.tasks[0]
+        seen.append(make_eval_env(task.env_id).reset(task.episode_seeds[0]))
+        return real(policy, suite, **kwargs)
+
+    monkeypatch.setattr(evaluation, "evaluate", spy)
+    out = tmp_path / "screen.json"
+    assert screen.main(["--model", "tiny", "--candidates", "gcd", "--episodes", "1", "--max-new-tokens", "2",
+                        "--answer-line", "Answer in \\boxed{}.", "--out", str(out)]) == 0
+    assert seen[0].endswith("\n\nAnswer in \\boxed{}.")
+    assert json.loads(out.read_text())[0]["answer_line"] == "Answer in \\boxed{}."
+    assert make_eval_env("rg:gcd").reset(0).endswith("\n\n" + RG_ANSWER_INSTRUCTION)  # the suites' line again
