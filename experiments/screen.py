@@ -19,7 +19,7 @@ from pathlib import Path
 
 from experiments.eval import UsageError, _load_policy
 from spade_jax import evaluation
-from spade_jax.evaluation.rg_items import parse_rg_task
+from spade_jax.evaluation.rg_items import parse_rg_task, rg_dataset
 
 # Screening seeds: far from the suites' HELDOUT_SEED_BASE + 0..episodes-1.
 SCREEN_SEED_BASE = 900_777
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         from reasoning_gym.factory import DATASETS
 
         for name in names:
-            dataset = name.split("(", 1)[0].strip()
+            dataset = rg_dataset(name)
             if dataset not in DATASETS:
                 close = difflib.get_close_matches(dataset, DATASETS, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""

@@ -20,6 +20,7 @@ import numpy as np
 from spade_jax.envs.api import extract_boxed
 from spade_jax.evaluation.environments import make_eval_env
 from spade_jax.evaluation.play import EvalEpisode
+from spade_jax.evaluation.rg_items import parse_rg_task, rg_dataset
 from spade_jax.evaluation.suites import SUITES
 from spade_jax.knobs import ConfigError, choice, positive
 from spade_jax.rl.batch import ANCHOR
@@ -69,23 +70,16 @@ class AnchorConfig:
             if not task.startswith("rg:"):
                 raise ConfigError(f"anchor.tasks: {task!r} is not a one-turn reasoning-gym task ('rg:<name>')")
             suites = sorted(name for name, suite in SUITES.items()
-                            if _dataset(task) in {_dataset(t.env_id) for t in suite.tasks if t.kind == "rg"})
+                            if rg_dataset(task) in {rg_dataset(t.env_id) for t in suite.tasks if t.kind == "rg"})
             if suites:
                 raise ConfigError(f"anchor.tasks: {task} is scored by the eval suite(s) {', '.join(suites)}; "
                                   "an anchor must not train on what is evaluated")
         if self.tasks != DEFAULT_TASKS:  # reasoning-gym's import takes a second: only for tasks of one's own
-            from spade_jax.evaluation.rg_items import parse_rg_task
-
             for task in self.tasks:
                 try:
                     parse_rg_task(task.split(":", 1)[1])
                 except ValueError as err:
                     raise ConfigError(f"anchor.tasks: {err}") from None
-
-
-def _dataset(env_id: str) -> str:
-    """The reasoning-gym dataset of an "rg:name" or "rg:name(field=value, ...)" id."""
-    return env_id.split(":", 1)[1].split("(", 1)[0].strip()
 
 
 def anchor_plan(cfg: AnchorConfig) -> list[tuple[str, int]]:

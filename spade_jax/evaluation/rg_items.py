@@ -65,6 +65,12 @@ def parse_rg_task(spec: str) -> tuple[str, dict[str, Any]]:
     return name, config
 
 
+def rg_dataset(spec: str) -> str:
+    """The reasoning-gym dataset a task spec names, its config left out: "chain_sum(max_terms=2)" ->
+    "chain_sum" (an "rg:" prefix is dropped too)."""
+    return spec.removeprefix("rg:").split("(", 1)[0].strip()
+
+
 def rg_item(name: str, seed: int) -> dict[str, str]:
     """Item `seed` of reasoning-gym task `name` (a `parse_rg_task` spec): {"question": ..., "answer": ...}
     (the answer as text)."""
