@@ -13,8 +13,11 @@ from spade_jax.evaluation.suites import HELDOUT_SEED_BASE
 
 # reasoning-gym answers count as solved at this score (scores are in [0, 1]; some are partial).
 RG_SUCCESS_SCORE = 0.999
-# Appended to reasoning-gym questions so the answer is read the way GEM reads it.
-RG_ANSWER_INSTRUCTION = "Write your final answer inside \\boxed{...}."
+# Appended to reasoning-gym questions so the answer is read the way GEM reads it. An empty box, as in the
+# agent's system line (rollout.AGENT_SYSTEM): with reasoning-gym's own `\boxed{...}` the 135M model copied
+# the placeholder as its answer to most easy questions (0/24 on twelve easy generators, 6 of 15 in the
+# 10-60% band with the empty box: docs/evaluation.md, "Generators at a chosen difficulty").
+RG_ANSWER_INSTRUCTION = "Write your final answer inside \\boxed{}."
 
 
 class _GameEnv:

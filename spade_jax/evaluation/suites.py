@@ -103,11 +103,18 @@ def _suite(name: str, episodes: int) -> EvalSuite:
 
 
 # For small models (the embedded SmolLM2-135M in its default answer format: the agent's system line,
-# replies forced to open with \\boxed{): the one-turn reasoning-gym tasks whose base success fell
-# inside [10%, 60%] when 39 candidates were screened on seeds outside the suite's
-# (`python -m experiments.screen`; docs/evaluation.md has the screen and the base model's row), so
-# that a gain and a loss can both show. None is a family of the training library.
-_SMALL = ("rg:ransom_note", "rg:course_schedule", "rg:syllogism")
+# replies forced to open with \\boxed{): the one-turn reasoning-gym tasks, some at an easy config, whose
+# base success fell inside [10%, 60%] when screened on seeds outside the suite's (`python -m
+# experiments.screen`; docs/evaluation.md has the screens and the base model's row), so that a gain and
+# a loss can both show. None is a family of the training library or an anchor task. Four are yes/no
+# judgements; two ask for a number (the larger of two, the swaps that make a bit string alternate), which
+# a model that answers one constant cannot pass.
+_SMALL = (
+    "rg:ransom_note", "rg:course_schedule", "rg:syllogism",
+    "rg:number_format(min_num_candidates=2, max_num_candidates=2, min_n=10, max_n=99)",
+    "rg:isomorphic_strings(min_string_length=2, max_string_length=3)",
+    "rg:binary_alternation(min_n=2, max_n=4)",
+)
 
 SUITES: dict[str, EvalSuite] = {
     # 50 episodes per task: a Wilson interval of at most +-13.5 points per task.
