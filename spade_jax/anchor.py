@@ -37,7 +37,8 @@ DEFAULT_TASKS = (
 # Item seeds: away from the evaluation suites' (900000..) and the screens' (900777..).
 ANCHOR_SEED_BASE = 700_000
 KEEP = ("answers", "all")
-# The questions' answer line ends "inside \boxed{...}."; a reply that copies its placeholder answers nothing.
+# A box of dots, an ellipsis or nothing answers nothing (the placeholder the games' lines and, before
+# 2026-12-07, the questions' answer line showed: `\boxed{...}`).
 _PLACEHOLDER = re.compile(r"[\s.\u2026]*")
 
 
@@ -54,8 +55,9 @@ class AnchorConfig:
     # temperature (the term is then a sample estimate of KL(pi_start || pi) plus a constant)
     temperature: float | None = 0.0
     # answers: keep only replies holding a closed \boxed{} with an answer in it, not the answer line's
-    # placeholder `...` (the 135M model's greedy reply to 69 of 96 of these questions, and the reply its
-    # held-out answers collapse onto: anchored, it would pull toward the collapse); all: every reply
+    # placeholder `...` (the 135M model's greedy reply to 69 of 96 of these questions when their answer line
+    # showed `\boxed{...}`, and the reply its held-out answers collapsed onto: anchored, it would pull toward
+    # the collapse); all: every reply
     keep: str = "answers"
 
     def __post_init__(self):

@@ -107,7 +107,7 @@ def _suite(name: str, episodes: int) -> EvalSuite:
 # base success fell inside [10%, 60%] when screened on seeds outside the suite's (`python -m
 # experiments.screen`; docs/evaluation.md has the screens and the base model's row), so that a gain and
 # a loss can both show. None is a family of the training library or an anchor task. Four are yes/no
-# judgements; two ask for a number (the larger of two, the swaps that make a bit string alternate), which
+# judgements; two ask for a number (the larger or smaller of two, the swaps that make a bit string alternate), which
 # a model that answers one constant cannot pass.
 _SMALL = (
     "rg:ransom_note", "rg:course_schedule", "rg:syllogism",
