@@ -8,6 +8,7 @@ import pytest
 
 from experiments import compare
 from spade_jax.config import load_config
+from spade_jax.evaluation.suites import SUITES
 from spade_jax.run import curves
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -257,7 +258,8 @@ def test_tiny_model_end_to_end_at_an_equal_budget(tmp_path, capsys):
     results = json.loads((out / "results.json").read_text())
     assert [a["iterations"] for a in results["arms"]] == [[0], [1, 1], [1, 1], [1, 1]]
     assert [a["seeds"] for a in results["arms"]] == [[0], [0, 1], [0, 1], [0, 1]]
-    assert all(a["episodes"] == 3 * len(a["seeds"]) for a in results["arms"])  # small: 3 one-turn tasks
+    tasks = len(SUITES["small"].tasks)  # one episode of each one-turn task per seed
+    assert all(a["episodes"] == tasks * len(a["seeds"]) for a in results["arms"])
     for name in ("learning_curves.png", "designer.png"):
         assert (out / name).read_bytes().startswith(PNG_SIGNATURE)
     capsys.readouterr()

@@ -46,3 +46,40 @@ def test_not_a_run_directory_is_one_line(tmp_path, capsys, make):
     assert curves.main([make(tmp_path), "--out", str(tmp_path / "c.png")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and "metrics.jsonl" in err
+
+
+def _report(tmp_path, **fields):
+    path = tmp_path / "base.json"
+    path.write_text(json.dumps({"source": {"model": "smollm2-135m-instruct"}, "suite": "small", **fields}))
+    return str(path)
+
+
+def test_a_baseline_report_is_drawn_on_the_held_out_panels(tmp_path, capsys):
+    run = _run(tmp_path, "s0", [0.2, 0.4])  # logged no held-out success: the baseline alone adds the row
+    out, out_plain = tmp_path / "c.png", tmp_path / "plain.png"
+    base = _report(tmp_path, success_rate=0.428, ci_low=0.379, ci_high=0.477)
+    assert curves.main([run, "--baseline", base, "--out", str(out)]) == 0
+    assert curves.main([run, "--out", str(out_plain)]) == 0
+    from PIL import Image
+
+    # Three rows of panels with the baseline, two without it.
+    assert Image.open(out).size[1] > Image.open(out_plain).size[1]
+    assert curves._baseline(tmp_path / "base.json").label == "smollm2-135m-instruct on small"
+
+
+@pytest.mark.parametrize("content", ["not json", json.dumps({"suite": "small"}),
+                                     json.dumps({"success_rate": 0.9, "ci_low": 0.1, "ci_high": 0.5}),
+                                     json.dumps({"success_rate": "x", "ci_low": 0, "ci_high": 1})])
+def test_a_bad_baseline_is_one_line(tmp_path, capsys, content):
+    run = _run(tmp_path, "s0", [0.2])
+    (tmp_path / "base.json").write_text(content)
+    assert curves.main([run, "--baseline", str(tmp_path / "base.json"), "--out", str(tmp_path / "c.png")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --baseline") and "\n" not in err
+    assert not (tmp_path / "c.png").exists()
+
+
+def test_a_missing_baseline_is_one_line(tmp_path, capsys):
+    run = _run(tmp_path, "s0", [0.2])
+    assert curves.main([run, "--baseline", str(tmp_path / "nope.json"), "--out", str(tmp_path / "c.png")]) == 2
+    assert "cannot read" in capsys.readouterr().err

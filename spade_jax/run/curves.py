@@ -3,6 +3,7 @@ and over training minutes; the figures experiments.compare writes (learning curv
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -102,11 +103,23 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def write_learning_curves(path: Path, arms: Mapping[str, Sequence[Sequence[Mapping]]]) -> Path:
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """A held-out row to beat, drawn level across the held-out panels: a label, the success rate and its
+    95% interval (an `experiments.eval --out` report's `success_rate`, `ci_low`, `ci_high`)."""
+
+    label: str
+    rate: float
+    low: float
+    high: float
+
+
+def write_learning_curves(path: Path, arms: Mapping[str, Sequence[Sequence[Mapping]]],
+                          baseline: Baseline | None = None) -> Path:
     """`arms`: label -> one metrics history per seed. Rows: training win rate, mean reward and (when
-    logged) held-out success; columns: over training minutes, over iterations."""
+    logged, or a `baseline` is given) held-out success; columns: over training minutes, over iterations."""
     keys = [(k, name) for k, name in LEARNING_KEYS
-            if k != "eval/success_rate" or any(curve(h, k) for h in arms.values())]
+            if k != "eval/success_rate" or baseline is not None or any(curve(h, k) for h in arms.values())]
     fig, axes = _figure(len(keys), 2)
     colors = _colors(len(arms))
     for row, (key, name) in enumerate(keys):
@@ -117,6 +130,11 @@ def write_learning_curves(path: Path, arms: Mapping[str, Sequence[Sequence[Mappi
                 if points:
                     seeds = f"{len(histories)} seed{'s' if len(histories) != 1 else ''}"
                     _draw(ax, points, x, f"{label} ({seeds})", color, rate=key in RATE_KEYS)
+            if key == "eval/success_rate" and baseline is not None:
+                ax.axhline(baseline.rate, color="0.3", linestyle="--", linewidth=1.2,
+                           label=f"{baseline.label}: {baseline.rate:.3f} [{baseline.low:.3f}, {baseline.high:.3f}]")
+                ax.axhspan(baseline.low, baseline.high, color="0.5", alpha=0.12, linewidth=0)
+                ax.set_ylim(-0.03, 1.03)
             ax.set_xlabel("training minutes" if x == "minutes" else "iteration")
             ax.set_ylabel(name)
             ax.grid(alpha=0.3)
