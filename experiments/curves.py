@@ -113,9 +113,11 @@ def _baseline(path: Path):
     try:
         rate, low, high = (float(report[k]) for k in ("success_rate", "ci_low", "ci_high"))
     except (TypeError, KeyError, ValueError):
-        raise UsageError(f"--baseline {path}: not an experiments.eval report (no success_rate, ci_low, ci_high)") from None
+        raise UsageError(f"--baseline {path}: not an experiments.eval report "
+                         "(no success_rate, ci_low, ci_high)") from None
     if not all(math.isfinite(v) and 0.0 <= v <= 1.0 for v in (rate, low, high)) or not low <= rate <= high:
-        raise UsageError(f"--baseline {path}: success_rate {rate} with interval [{low}, {high}] is not a rate in its interval")
+        raise UsageError(f"--baseline {path}: success_rate {rate} with interval [{low}, {high}] "
+                         "is not a rate in its interval")
     source = report.get("source") if isinstance(report.get("source"), dict) else {}
     name = Path(str(source["run"])).name if source.get("run") else source.get("model") or path.stem
     suite = report.get("suite")
