@@ -1,15 +1,20 @@
 """Episodes per second of the host loop (`rollout.play_episodes`, one `Sampler.generate` per turn over
 every live conversation) with the Sampler's defaults (ours: cross-call prefix reuse; `--ours KEY=VALUE`
 sets `SamplingConfig` fields) against a baseline setting (by default reuse off: each turn re-prefills the
-whole conversation; `--baseline KEY=VALUE` sets others), same model, environment, seeds, greedy decoding.
+whole conversation; `--baseline KEY=VALUE` sets others), same model, environment, seeds and draws.
 
     .venv/bin/python benchmarks/multiturn.py [--model smollm2-135m-instruct|tiny] [--env odd_one_out]
-        [--batch 16] [--turns 6] [--max-new-tokens 32] [--repeats 2] [--ours KEY=VALUE ...]
-        [--baseline KEY=VALUE ...]
+        [--batch 16] [--group 1] [--turns 6] [--max-new-tokens 32] [--temperature 0] [--repeats 2]
+        [--ours KEY=VALUE ...] [--baseline KEY=VALUE ...]
+
+`--group N`: N consecutive conversations play one instance (one seed), as a GRPO group of
+`group_instances: shared` does, so they open with the same prompt; `--temperature T` samples (one fixed
+key per call on both sides, so a side's plays repeat exactly) where the default decodes greedily.
 
 Each side first plays the same seeds once untimed (its compiles: prefill buckets for the baseline,
-extend/grow programs for reuse), then `--repeats` timed plays; greedy decoding makes every play of
-a side identical, so the timed plays compile nothing. The figure is the best repeat.
+extend/grow programs for reuse), then `--repeats` timed plays; greedy decoding (or the fixed key when
+sampling) makes every play of a side identical, so the timed plays compile nothing. The figure is the
+best repeat.
 """
 
 from __future__ import annotations
@@ -68,8 +73,10 @@ def main():
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--env", default="odd_one_out")
     parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--group", type=int, default=1, help="conversations per instance (seed)")
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--ours", action="append", metavar="KEY=VALUE", default=[],
                         help="SamplingConfig field of ours (repeatable; default: the defaults)")
@@ -79,11 +86,14 @@ def main():
     ours_changes, changes = _fields(args.ours), _fields(args.baseline or ["reuse_prefix=false"])
 
     model, tokenizer = load(args.model)
-    base = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=0.0)
+    base = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
     rollout = RolloutConfig(max_turns=args.turns, max_context_tokens=model.spec.max_position - 2 * args.max_new_tokens)
-    seeds = list(range(args.batch))
-    print(f"env {args.env}, model {args.model}, batch {args.batch}, up to {args.turns} turns, "
-          f"{args.max_new_tokens} new tokens per turn, greedy; {jax.devices()[0].platform}, "
+    if args.group < 1 or args.batch % args.group:
+        parser.error(f"--group {args.group} must be at least 1 and divide --batch {args.batch}")
+    seeds = [row // args.group for row in range(args.batch)]
+    decoding = f"temperature {args.temperature}" if args.temperature else "greedy"
+    print(f"env {args.env}, model {args.model}, batch {args.batch} ({args.group} per instance), up to "
+          f"{args.turns} turns, {args.max_new_tokens} new tokens per turn, {decoding}; {jax.devices()[0].platform}, "
           f"load average {os.getloadavg()[0]:.1f}")
 
     sides = {f"ours ({_label(ours_changes) or 'defaults'})": base.replace(**ours_changes),

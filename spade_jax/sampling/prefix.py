@@ -66,6 +66,13 @@ def _select_rows(cache, rows_b, *, cache_sharding):
     return cache
 
 
+def _copy_rows(cache, logits_bv, last_pos_b, rows_b, *, cache_sharding):
+    """A prefill's cache rows, last logits and last positions gathered to the caller's rows: row r gets
+    those of row `rows_b[r]` (identical prompts prefilled once, then one copy per prompt)."""
+    take = lambda x: jnp.take(x, rows_b, axis=0)  # noqa: E731
+    return _select_rows(cache, rows_b, cache_sharding=cache_sharding), take(logits_bv), take(last_pos_b)
+
+
 def _compact(cache, keep_b, index, *, slots: int, cache_sharding):
     """The kept cache with each row's first `keep_b[r]` tokens moved to its first slots, in order, into a
     cache of `slots` slots whose next write is at `index` (>= every keep). A turn's tails are written for
@@ -94,6 +101,7 @@ def _compact(cache, keep_b, index, *, slots: int, cache_sharding):
 EXTEND = jax.jit(_extend, static_argnums=0, donate_argnums=(2,))
 # A gather per (kept rows, new rows) pair: a copy, cheap to compile.
 SELECT_ROWS = jax.jit(_select_rows, static_argnames=("cache_sharding",))
+COPY_ROWS = jax.jit(_copy_rows, static_argnames=("cache_sharding",))
 # A gather per (rows, old slots, new slots), cheap to compile like GROW; nothing donated: the output
 # is another shape, so XLA could not write it over the input.
 COMPACT = jax.jit(_compact, static_argnames=("slots", "cache_sharding"))

@@ -29,7 +29,7 @@ from spade_jax.models.sharding import activation_mesh
 from spade_jax.sampling.choice import SamplingMode, choose, sampling_knobs
 from spade_jax.sampling.config import SamplingConfig, fit_bucket
 from spade_jax.sampling.packed import PACKED_WEIGHTS, cpu_kernel_applies
-from spade_jax.sampling.prefix import COMPACT, EXTEND, GROW, SELECT_ROWS, Kept, plan_reuse
+from spade_jax.sampling.prefix import COMPACT, COPY_ROWS, EXTEND, GROW, SELECT_ROWS, Kept, plan_reuse
 from spade_jax.sampling.versions import ParamsVersion
 
 FINISH_REASONS = ("eos", "stop", "length")
@@ -262,7 +262,8 @@ class Sampler:
     def compile_count(self) -> int:
         """Programs compiled so far in this process by all Samplers (prefill, extend, decode); bounded by
         the buckets and model structures, not by the number of calls."""
-        return sum(f._cache_size() for f in (self._prefill, self._decode, EXTEND, GROW, SELECT_ROWS, COMPACT))
+        programs = (self._prefill, self._decode, EXTEND, GROW, SELECT_ROWS, COPY_ROWS, COMPACT)
+        return sum(f._cache_size() for f in programs)
 
     def forget(self) -> None:
         """Drop the cache kept from the last call and the model's packed decode weights (their memory is
@@ -294,6 +295,10 @@ class Sampler:
         if that is over the cap below, past index + tail. If the cache would be more than twice the size
         of a fresh one (too many holes to attend over), the call falls back to a full prefill, which
         also compacts the cache.
+
+        A full prefill feeds each distinct prompt once (`prefill_distinct`): identical prompts (a GRPO group
+        opening on one instance) share one prefilled row, copied to each before the decode, whose random
+        draws stay per prompt.
         """
         if not prompts:
             raise ValueError("generate needs at least one prompt")
@@ -312,8 +317,11 @@ class Sampler:
             )
         width = fit_bucket(longest, config.prompt_buckets, "prompt length")
         multiple = self._batch_multiple()
-        batch = fit_bucket(len(prompts), config.batch_buckets, "batch size")
-        batch = -(-batch // multiple) * multiple
+
+        def batch_bucket(rows: int) -> int:  # a batch bucket that the mesh's batch axes divide
+            return -(-fit_bucket(rows, config.batch_buckets, "batch size") // multiple) * multiple
+
+        batch = batch_bucket(len(prompts))
         new_room = -(-config.max_new_tokens // config.new_token_bucket) * config.new_token_bucket
 
         stop_ids = [] if config.ignore_eos else [(i, 1) for i in self.eos_token_ids]
@@ -336,10 +344,18 @@ class Sampler:
         if plan is None:
             kept = None  # free the old cache before allocating the new one
             rows_of = list(range(len(prompts)))
-            tokens = np.full((batch, width), self.pad_token_id, np.int32)
-            valid = np.zeros((batch, width), bool)
-            for row, prompt in enumerate(prompts):  # left padding: every row writes the same cache slot
-                tokens[row, width - len(prompt):] = prompt
+            # Identical prompts (a GRPO group's plays of one instance open with the same observation) are
+            # prefilled once, then their cache rows, logits and positions copied to each (COPY_ROWS).
+            first_of: dict[tuple[int, ...], int] = {}
+            source = np.array([first_of.setdefault(tuple(p), len(first_of)) for p in prompts], np.int32)
+            distinct = [list(p) for p in first_of]
+            prefill_batch = batch
+            if config.prefill_distinct and len(distinct) < len(prompts):
+                prefill_batch = batch_bucket(len(distinct))
+            tokens = np.full((prefill_batch, width), self.pad_token_id, np.int32)
+            valid = np.zeros((prefill_batch, width), bool)
+            for row, prompt in enumerate(distinct if prefill_batch < batch else prompts):
+                tokens[row, width - len(prompt):] = prompt  # left padding: every row writes the same cache slot
                 valid[row, width - len(prompt):] = True
             positions = _left_padded_positions(valid)
             tokens, positions, packing = self._packed(config.pack_prompts, config, tokens, valid, positions)
@@ -350,6 +366,11 @@ class Sampler:
                 _ROPE(self.model.spec, positions), packing, slots=width + new_room,
                 cache_dtype=config.kv_cache_dtype(self.model.dtype), cache_sharding=self._cache_sharding(),
             )
+            if prefill_batch < batch:
+                copies = np.zeros(batch, np.int32)  # rows without a prompt copy row 0; they never decode
+                copies[: len(prompts)] = source
+                cache, logits, last_pos = COPY_ROWS(cache, logits, last_pos, self._put_batch(copies),
+                                                    cache_sharding=self._cache_sharding())
         else:
             rows_of, keep, tokens, valid, slots, order, start = plan
             batch = len(tokens)

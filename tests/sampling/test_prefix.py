@@ -294,3 +294,37 @@ def test_a_cache_with_finished_rows_is_compacted_to_the_rows_still_in_play(model
     again = [follow[0] + got.tokens[0] + _user_turn(rng, 2, 1)]
     _check_same(on.generate(again, GREEDY, key=2), off.generate(again, GREEDY.replace(reuse_prefix=False), key=2))
     assert on.last_reused_tokens > 0
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_identical_prompts_are_prefilled_once_and_sample_as_if_each_were_fed(model, tokenizer, pack):
+    """A GRPO group opens with one prompt per play: it is prefilled once and copied. Each row still draws as
+    it would among distinct prompts (same key, same row), and a second turn reuses the copies."""
+    rng = np.random.default_rng(3)
+    a, b, c = ([int(t) for t in rng.integers(3, 259, size=n)] for n in (21, 14, 30))
+    prompts = [a, b, a, a, b, c]
+    config = SamplingConfig(max_new_tokens=8, temperature=1.0, ignore_eos=True, prompt_buckets=(32, 64, 128),
+                            pack_prompts=pack)
+    sampler = Sampler(model, tokenizer)
+    got = sampler.generate(prompts, config, key=5)
+    fed = sampler.last_fed_tokens
+    assert len({tuple(t) for t in (got.tokens[0], got.tokens[2], got.tokens[3])}) > 1  # the copies draw apart
+    for row, prompt in enumerate(prompts):
+        # the reference: the same row among prompts that are all distinct, so nothing is copied
+        others = [[int(t) for t in rng.integers(3, 259, size=17)] for _ in prompts]
+        others[row] = prompt
+        alone = Sampler(model, tokenizer).generate(others, config, key=5)
+        assert got.tokens[row] == alone.tokens[row]
+        np.testing.assert_allclose(got.logprobs[row], alone.logprobs[row], atol=2e-5)
+        np.testing.assert_allclose(got.logprobs[row], sequence_logprobs(model, prompt, got.tokens[row]), atol=2e-5)
+    distinct = Sampler(model, tokenizer)
+    distinct.generate([a, b, c], config, key=5)
+    assert fed == distinct.last_fed_tokens  # three prompts' rows fed, not six
+    every = Sampler(model, tokenizer)
+    _check_same(every.generate(prompts, config.replace(prefill_distinct=False), key=5), got)
+    assert every.last_fed_tokens > fed
+    # the next turn extends each copy as its own conversation
+    follow = [p + t + [40 + row] for row, (p, t) in enumerate(zip(prompts, got.tokens))]
+    _check_same(sampler.generate(follow, config, key=6),
+                Sampler(model, tokenizer).generate(follow, config.replace(reuse_prefix=False), key=6))
+    assert sampler.last_reused_tokens > 0
