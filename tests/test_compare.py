@@ -237,6 +237,10 @@ def test_curves_average_seeds_per_iteration_with_a_t_band():
     assert first["low"] == pytest.approx(0.3 - 1.2706205) and first["high"] == pytest.approx(0.3 + 1.2706205)
     assert (second["mean"], second["minutes"], second["seeds"]) == (0.4, 1.5, 1)
     assert math.isnan(second["low"])  # one of two seeds reached it: no band
+    # Only where every seed got: the second iteration was reached by seed 0 alone.
+    assert [p["iteration"] for p in curves.curve([seed0, seed1], "x", every_seed=True)] == [0]
+    # A seed that never logs the key does not count (a run without held-out evaluations).
+    assert [p["iteration"] for p in curves.curve([seed0, [{"iteration": 0, "y": 1.0}]], "x", every_seed=True)] == [0, 1]
     # One run: the interval it logged beside the metric.
     (alone,) = curves.curve([[{"iteration": 0, "x": 0.5, "x_low": 0.2, "x_high": 0.8, "wall_s": 1.0}]], "x")
     assert (alone["low"], alone["high"], alone["minutes"]) == (0.2, 0.8, 1.0 / 60)

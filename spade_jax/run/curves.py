@@ -44,22 +44,29 @@ def mean_band(values: Sequence[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
-def curve(histories: Sequence[Sequence[Mapping]], key: str) -> list[dict]:
+def curve(histories: Sequence[Sequence[Mapping]], key: str, *, every_seed: bool = False) -> list[dict]:
     """Per iteration that any seed logged `key` (finite): the mean over the seeds that did, the train
     minutes at its end (mean over those seeds) and a 95% band: the t-interval over seeds, or with a
-    single run the interval it logged beside the metric (`<key>_low`/`_high`, a Wilson interval)."""
+    single run the interval it logged beside the metric (`<key>_low`/`_high`, a Wilson interval).
+    `every_seed`: only the iterations that every seed logging `key` reached, so that the mean is over one
+    set of runs (runs at an equal time budget end at different iterations; a mean over the few that went
+    furthest jumps, and its minutes can go back)."""
     by_iteration: dict[int, list[tuple[float, float, float, float]]] = {}
-    for history in histories:
+    logging = set()  # the seeds that logged `key`
+    for index, history in enumerate(histories):
         for record, seconds in zip(history, cumulative_seconds(history)):
             value, iteration = number(record.get(key)), record.get("iteration")
             if value is None or not math.isfinite(value) or not isinstance(iteration, int):
                 continue
+            logging.add(index)
             low, high = number(record.get(f"{key}_low")), number(record.get(f"{key}_high"))
             by_iteration.setdefault(iteration, []).append(
                 (value, seconds / 60.0, math.nan if low is None else low, math.nan if high is None else high))
     points = []
     for iteration in sorted(by_iteration):
         seen = by_iteration[iteration]
+        if every_seed and len(seen) < len(logging):
+            continue
         mean, low, high = mean_band([v for v, *_ in seen])
         if len(histories) == 1:
             low, high = seen[0][2], seen[0][3]
@@ -126,7 +133,12 @@ def write_learning_curves(path: Path, arms: Mapping[str, Sequence[Sequence[Mappi
         for col, x in enumerate(("minutes", "iteration")):
             ax = axes[row][col]
             for color, (label, histories) in zip(colors, arms.items()):
-                points = curve(histories, key)
+                if len(histories) > 1:  # each seed thin, to its own last iteration
+                    for seed_history in histories:
+                        points = curve([seed_history], key)
+                        ax.plot([p[x] for p in points], [p["mean"] for p in points], color=color, alpha=0.35,
+                                linewidth=0.8)
+                points = curve(histories, key, every_seed=True)
                 if points:
                     seeds = f"{len(histories)} seed{'s' if len(histories) != 1 else ''}"
                     _draw(ax, points, x, f"{label} ({seeds})", color, rate=key in RATE_KEYS)
@@ -140,14 +152,15 @@ def write_learning_curves(path: Path, arms: Mapping[str, Sequence[Sequence[Mappi
             ax.grid(alpha=0.3)
             if ax.has_data():
                 ax.legend(loc="best", fontsize="x-small")
-    fig.suptitle("mean over seeds, 95% band (t over seeds; one seed: the logged Wilson interval)", fontsize=9)
+    fig.suptitle("bold: mean over seeds at the iterations every seed reached, 95% band (t over seeds; one seed: "
+                 "the logged Wilson interval); thin: each seed", fontsize=9)
     return _save(fig, path)
 
 
 def write_designer_curves(path: Path, arms: Mapping[str, Sequence[Sequence[Mapping]]]) -> Path:
     """One row per arm with a designer: its valid rate, in-band share and mean regret over iterations,
-    each seed thin and the mean over seeds bold with its band. Arms that logged none (a fixed pool) are
-    named in the title."""
+    each seed thin and the mean over seeds bold with its band, at the iterations every seed reached. Arms that
+    logged none (a fixed pool) are named in the title."""
     colors = dict(zip(arms, _colors(len(arms))))
     designed = {label: h for label, h in arms.items() if any(curve(h, key) for key, _ in DESIGNER_KEYS)}
     fig, axes = _figure(max(len(designed), 1), len(DESIGNER_KEYS))
@@ -166,7 +179,7 @@ def write_designer_curves(path: Path, arms: Mapping[str, Sequence[Sequence[Mappi
                 if points and len(histories) > 1:
                     ax.plot([p["iteration"] for p in points], [p["mean"] for p in points], color=color,
                             alpha=0.35, linewidth=0.8, marker=".")
-            points = curve(histories, key)
+            points = curve(histories, key, every_seed=True)
             if points:
                 _draw(ax, points, "iteration", "mean over seeds", color, rate=key in RATE_KEYS)
             else:
