@@ -91,6 +91,17 @@ def _draw(ax, points: list[dict], x: str, label: str, color, *, rate: bool = Fal
                         alpha=0.18, linewidth=0)
 
 
+def _draw_seeds(ax, histories, key: str, x: str, color, marker: str | None = None) -> None:
+    """Each seed's own curve of `key`, thin, to its last iteration (nothing for a single seed)."""
+    if len(histories) < 2:
+        return
+    for history in histories:
+        points = curve([history], key)
+        if points:
+            ax.plot([p[x] for p in points], [p["mean"] for p in points], color=color, alpha=0.35, linewidth=0.8,
+                    marker=marker)
+
+
 def _figure(rows: int, cols: int):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -133,11 +144,7 @@ def write_learning_curves(path: Path, arms: Mapping[str, Sequence[Sequence[Mappi
         for col, x in enumerate(("minutes", "iteration")):
             ax = axes[row][col]
             for color, (label, histories) in zip(colors, arms.items()):
-                if len(histories) > 1:  # each seed thin, to its own last iteration
-                    for seed_history in histories:
-                        points = curve([seed_history], key)
-                        ax.plot([p[x] for p in points], [p["mean"] for p in points], color=color, alpha=0.35,
-                                linewidth=0.8)
+                _draw_seeds(ax, histories, key, x, color)
                 points = curve(histories, key, every_seed=True)
                 if points:
                     seeds = f"{len(histories)} seed{'s' if len(histories) != 1 else ''}"
@@ -174,11 +181,7 @@ def write_designer_curves(path: Path, arms: Mapping[str, Sequence[Sequence[Mappi
         color = colors[label]
         for col, (key, name) in enumerate(DESIGNER_KEYS):
             ax = axes[row][col]
-            for seed_history in histories:
-                points = curve([seed_history], key)
-                if points and len(histories) > 1:
-                    ax.plot([p["iteration"] for p in points], [p["mean"] for p in points], color=color,
-                            alpha=0.35, linewidth=0.8, marker=".")
+            _draw_seeds(ax, histories, key, "iteration", color, marker=".")
             points = curve(histories, key, every_seed=True)
             if points:
                 _draw(ax, points, "iteration", "mean over seeds", color, rate=key in RATE_KEYS)

@@ -57,7 +57,8 @@ class SamplingConfig:
     pack_prompts: bool = True
     # Prefill each distinct prompt once and copy its cache row to the prompts that repeat it (a GRPO group's
     # plays of one instance open alike); the draws stay per row. Off only to measure what it saves: a
-    # `laptop` iteration's first call 3.62x faster (benchmarks/multiturn.py --group 8, docs/benchmarks.md).
+    # `laptop` iteration's first call 3.62x faster (benchmarks/multiturn.py --group 8), its plays 1.12x
+    # (benchmarks/iteration.py; docs/benchmarks.md).
     prefill_distinct: bool = True
     # The same for the new tails fed on top of a kept cache (`reuse_prefix`): a multi-turn turn's tails
     # differ in length and finished conversations keep their rows, so the padded block is mostly padding.
