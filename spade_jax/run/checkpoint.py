@@ -123,6 +123,7 @@ class Checkpointer:
         if save_every < 1:
             raise ValueError(f"save_every must be >= 1, got {save_every}")
         self.save_every = save_every
+        self.keep = keep
         self.directory = os.path.abspath(os.fspath(directory))
         if jax.process_index() == 0:  # on a pod the folder is shared storage; orbax's own writes follow it
             os.makedirs(self.directory, exist_ok=True)
@@ -175,7 +176,10 @@ class Checkpointer:
         """
         if not force and int(step) % self.save_every:
             return False
-        self._digest_finished_saves(block=False)
+        # With keep=1 this save's finalisation deletes the previous checkpoint, so its digest is written
+        # before the save starts: hashed in a thread, its file could land in the folder orbax is deleting
+        # (rmtree: "Directory not empty", which killed a laptop run's 7th save)
+        self._digest_finished_saves(block=self.keep == 1)
         args = ocp.args.Composite(**{
             STATE_ITEM: ocp.args.StandardSave(_state_tree(state)),
             TRAINER_ITEM: ocp.args.JsonSave(trainer or {}),

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import jax
 import numpy as np
@@ -114,6 +115,37 @@ def test_digest_written_for_every_finished_save(trained, tmp_path):
         on_disk = {os.path.relpath(os.path.join(r, n), tmp_path / step)
                    for r, _, ns in os.walk(tmp_path / step) for n in ns} - {"digest.json"}
         assert hashed == on_disk and any(name.startswith("state/") for name in hashed)
+
+
+def test_keep_one_writes_each_digest_before_the_save_that_deletes_its_checkpoint(trained, tmp_path, monkeypatch):
+    # With keep=1, save N's finalisation deletes checkpoint N-1; a digest still being written there then
+    # raced orbax's rmtree ("Directory not empty") and killed a run. A slow digest makes the race certain.
+    from spade_jax.run import checkpoint as checkpoint_module
+
+    _, _, state = trained
+    slow_write = checkpoint_module.write_digest
+
+    def write_digest(step_dir):
+        time.sleep(0.3)
+        slow_write(step_dir)
+
+    monkeypatch.setattr(checkpoint_module, "write_digest", write_digest)
+    digested_before_save = []
+    with Checkpointer(tmp_path, keep=1) as ckpt:
+        manager_save = ckpt._manager.save
+
+        def save(step, *args, **kwargs):
+            if step > 1:
+                digested_before_save.append((tmp_path / str(step - 1) / "digest.json").is_file())
+            return manager_save(step, *args, **kwargs)
+
+        monkeypatch.setattr(ckpt._manager, "save", save)
+        for step in (1, 2, 3):
+            assert ckpt.save(step, state, {"at": step})
+        ckpt.wait()
+        assert ckpt.all_steps() == [3]
+    assert digested_before_save == [True, True]
+    assert (tmp_path / "3" / "digest.json").is_file() and not (tmp_path / "2").exists()
 
 
 def test_flipped_bytes_are_caught_and_the_newest_intact_checkpoint_restored(trained, tmp_path, caplog):
