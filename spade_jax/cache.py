@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 
 def cache_root() -> str | None:
@@ -11,6 +12,14 @@ def cache_root() -> str | None:
     if os.environ.get("SPADE_JAX_NO_CACHE"):
         return None
     return os.environ.get("SPADE_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "spade_jax"))
+
+
+def warn_not_cached(what: str, where: str, err: BaseException) -> None:
+    """One stderr line for a cache write that failed (full disk, read-only folder): the caller goes on
+    without the copy, so only the next run's speed is lost, and the user learns why."""
+    reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+    print(f"warning: could not cache {what} in {where} ({reason}); going on without it, so the next load "
+          "builds it again", file=sys.stderr)
 
 
 # A compile shorter than this is not worth a file (XLA's own default is 1 s).

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -11,6 +12,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
+from spade_jax.cache import warn_not_cached
 from spade_jax.models import gguf as gguf_lib
 from spade_jax.models.decoder import Decoder
 from spade_jax.models.hf import load_hf, state_dict_items_to_model
@@ -57,34 +59,54 @@ def _items_to_model(items, spec: ModelSpec, *, dtype, param_dtype, mesh, rules) 
     )
 
 
+def _read_cached_gguf(saved: str):
+    """(spec, items) from an earlier load's cache folder, or None when it is missing or unreadable
+    (a truncated copy from a crash or a full disk is decoded again from the GGUF, not an error)."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    weights, spec_file = os.path.join(saved, "model.safetensors"), os.path.join(saved, "spec.json")
+    if not (os.path.isfile(weights) and os.path.isfile(spec_file)):
+        return None
+    try:
+        with open(spec_file) as f:
+            fields = json.load(f)
+        spec = ModelSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+        return spec, load_file(weights).items()
+    except (OSError, ValueError, TypeError, SafetensorError):
+        return None
+
+
 def _gguf_items(path: str, cache: bool):
     """(spec, HF-named f32 items); the decoded weights are kept as safetensors keyed by file hash."""
     saved = cache_dir("gguf", path) if cache else None
     weights = saved and os.path.join(saved, "model.safetensors")
-    if weights and os.path.isfile(weights) and os.path.isfile(os.path.join(saved, "spec.json")):
-        from safetensors.numpy import load_file
-
-        with open(os.path.join(saved, "spec.json")) as f:
-            fields = json.load(f)
-        spec = ModelSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
-        return spec, load_file(weights).items()
+    kept = _read_cached_gguf(saved) if saved else None
+    if kept is not None:
+        return kept
     gf = gguf_lib.open_gguf(path)
     spec = gguf_lib.spec_from_gguf(gf)
     if not weights:
         return spec, gguf_lib.gguf_hf_items(gf, spec)
     arrays = dict(gguf_lib.gguf_hf_items(gf, spec))
-    try:
-        from safetensors.numpy import save_file
+    from safetensors import SafetensorError
+    from safetensors.numpy import save_file
 
+    tmp = f"{weights}.tmp{os.getpid()}"
+    try:
         os.makedirs(saved, exist_ok=True)
-        tmp = f"{weights}.tmp{os.getpid()}"
         save_file(arrays, tmp)
         os.replace(tmp, weights)
         with open(os.path.join(saved, "spec.json"), "w") as f:
             json.dump({k: v for k, v in spec.__dict__.items() if k != "rope_scaling"}
                       | {"rope_scaling": spec.rope_scaling and [list(i) for i in spec.rope_scaling]}, f)
-    except OSError:
-        pass  # no writable cache: only slower next time
+    except (OSError, SafetensorError) as err:  # safetensors reports a full disk as SafetensorError
+        with contextlib.suppress(OSError):  # a half-written copy would only fill the disk further
+            os.remove(tmp)
+        if not os.path.isfile(os.path.join(saved, "spec.json")):
+            with contextlib.suppress(OSError):
+                os.remove(weights)  # unreadable without its spec
+        warn_not_cached(f"the decoded weights of {os.path.basename(path)}", saved, err)
     return spec, arrays.items()
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from spade_jax.cache import cache_root
+from spade_jax.cache import cache_root, warn_not_cached
 
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": str}
 
@@ -412,8 +412,8 @@ def _save_tokenizer(saved: str, raw, settings: dict[str, Any]) -> None:
         if os.path.isdir(saved):
             shutil.rmtree(saved, ignore_errors=True)  # a stale format; replaced below
         os.replace(tmp, saved)
-    except OSError:
-        pass  # a read-only or raced cache only costs speed
+    except Exception as err:  # noqa: BLE001 (tokenizers reports a full disk as a bare Exception)
+        warn_not_cached("the tokenizer", saved, err)  # a read-only or full cache only costs speed
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -1,6 +1,8 @@
 """GGUF loading: our block decoders against the gguf package's, the llama.cpp Q/K un-permute against
 transformers' GGUF loader, and a tiny Llama written to GGUF whose logits match transformers'."""
 
+import os
+
 import gguf
 import numpy as np
 import pytest
@@ -133,3 +135,78 @@ def test_smollm2_metadata_gives_the_preset_spec_and_template():
     assert ours.chat_template(gf).startswith("{% for message in messages %}")
     types = {t.tensor_type.name for t in gf.tensors.values()}
     assert types == {"Q4_1", "Q8_0", "F32"} and len(gf.tensors) == 272
+
+
+def _tiny_f32_llama(path):
+    """A 2-layer llama GGUF with random F32 weights (enough for the loader's cache path)."""
+    rng = np.random.default_rng(0)
+    shapes = {"attn_norm": (64,), "ffn_norm": (64,), "attn_q": (64, 64), "attn_k": (32, 64),
+              "attn_v": (32, 64), "attn_output": (64, 64), "ffn_gate": (96, 64), "ffn_up": (96, 64),
+              "ffn_down": (64, 96)}
+    tensors = {"token_embd.weight": (96, 64), "output_norm.weight": (64,), "output.weight": (96, 64)}
+    tensors |= {f"blk.{i}.{name}.weight": shape for i in range(2) for name, shape in shapes.items()}
+    _write(path, {k: (rng.standard_normal(s).astype(np.float32), "F32") for k, s in tensors.items()},
+           metadata=dict(block_count=2, context_length=256, embedding_length=64, feed_forward_length=96,
+                         head_count=4, head_count_kv=2, rope_freq_base=10000.0, layer_norm_rms_eps=1e-5,
+                         vocab_size=96, rope_dimension_count=16))
+
+
+def _assert_same_items(got, expected):
+    got, expected = dict(got), dict(expected)
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+def test_full_disk_while_caching_decoded_weights_warns_once_and_leaves_no_partial_copy(
+        tmp_path, monkeypatch, capsys):
+    import safetensors.numpy
+    from safetensors import SafetensorError
+
+    from spade_jax.models import registry
+
+    path = str(tmp_path / "tiny.gguf")
+    _tiny_f32_llama(path)
+    _, expected = registry._gguf_items(path, cache=False)
+    expected = dict(expected)
+    monkeypatch.delenv("SPADE_JAX_NO_CACHE", raising=False)
+    monkeypatch.setenv("SPADE_JAX_CACHE", str(tmp_path / "cache"))
+
+    def disk_fills_up(arrays, filename, metadata=None):  # what safetensors raises on ENOSPC
+        with open(filename, "wb") as f:
+            f.write(b"\0" * 100)
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
+                              'message: "No space left on device" })')
+
+    monkeypatch.setattr(safetensors.numpy, "save_file", disk_fills_up)
+    spec, items = registry._gguf_items(path, cache=True)
+    _assert_same_items(items, expected)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: could not cache the decoded weights of tiny.gguf in ")
+    assert "No space left on device" in err[0]
+    saved = registry.cache_dir("gguf", path)
+    assert os.listdir(saved) == []  # the half-written file is gone
+
+
+def test_damaged_cached_weights_are_decoded_again(tmp_path, monkeypatch):
+    from spade_jax.models import registry
+
+    path = str(tmp_path / "tiny.gguf")
+    _tiny_f32_llama(path)
+    monkeypatch.delenv("SPADE_JAX_NO_CACHE", raising=False)
+    monkeypatch.setenv("SPADE_JAX_CACHE", str(tmp_path / "cache"))
+    spec, expected = registry._gguf_items(path, cache=True)  # decoded, then kept
+    expected = dict(expected)
+    saved = registry.cache_dir("gguf", path)
+    assert sorted(os.listdir(saved)) == ["model.safetensors", "spec.json"]
+    _assert_same_items(registry._gguf_items(path, cache=True)[1], expected)  # from the copy
+    weights = os.path.join(saved, "model.safetensors")
+    with open(weights, "r+b") as f:  # a crash or a full disk cut the copy short
+        f.truncate(os.path.getsize(weights) // 2)
+    again_spec, again = registry._gguf_items(path, cache=True)
+    assert again_spec == spec
+    _assert_same_items(again, expected)
+    _assert_same_items(registry._gguf_items(path, cache=True)[1], expected)  # rewritten whole
+    with open(os.path.join(saved, "spec.json"), "w") as f:
+        f.write("{not json")
+    _assert_same_items(registry._gguf_items(path, cache=True)[1], expected)

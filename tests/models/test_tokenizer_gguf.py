@@ -370,3 +370,20 @@ def test_damaged_or_stale_cache_is_rebuilt(tmp_path, monkeypatch):
     assert load_gguf_tokenizer(path).encode("hello world <think>") == expected
     with open(os.path.join(saved, "settings.json")) as f:
         assert json.load(f)["format"] == settings["format"]
+
+
+
+def test_full_disk_while_caching_the_tokenizer_warns_once_and_keeps_no_partial_copy(tmp_path, capsys):
+    class FullDisk:  # tokenizers reports ENOSPC as a bare Exception, after a partial write
+        def save(self, file):
+            with open(file, "w") as f:
+                f.write("{")
+            raise Exception("No space left on device (os error 28)")
+
+    (tmp_path / "gguf_tokenizer").mkdir()
+    saved = str(tmp_path / "gguf_tokenizer" / "key")
+    tokenizer_lib._save_tokenizer(saved, FullDisk(), {"format": 1})
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"warning: could not cache the tokenizer in {saved} ")
+    assert "No space left on device" in err[0]
+    assert os.listdir(tmp_path / "gguf_tokenizer") == []  # neither the copy nor its temp folder
