@@ -59,13 +59,18 @@ def _items_to_model(items, spec: ModelSpec, *, dtype, param_dtype, mesh, rules) 
     )
 
 
+def _cached_gguf_files(saved: str) -> tuple[str, str]:
+    """The decoded weights and their spec in a GGUF's cache folder."""
+    return os.path.join(saved, "model.safetensors"), os.path.join(saved, "spec.json")
+
+
 def _read_cached_gguf(saved: str):
     """(spec, items) from an earlier load's cache folder, or None when it is missing or unreadable
     (a truncated copy from a crash or a full disk is decoded again from the GGUF, not an error)."""
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
-    weights, spec_file = os.path.join(saved, "model.safetensors"), os.path.join(saved, "spec.json")
+    weights, spec_file = _cached_gguf_files(saved)
     if not (os.path.isfile(weights) and os.path.isfile(spec_file)):
         return None
     try:
@@ -80,30 +85,30 @@ def _read_cached_gguf(saved: str):
 def _gguf_items(path: str, cache: bool):
     """(spec, HF-named f32 items); the decoded weights are kept as safetensors keyed by file hash."""
     saved = cache_dir("gguf", path) if cache else None
-    weights = saved and os.path.join(saved, "model.safetensors")
     kept = _read_cached_gguf(saved) if saved else None
     if kept is not None:
         return kept
     gf = gguf_lib.open_gguf(path)
     spec = gguf_lib.spec_from_gguf(gf)
-    if not weights:
+    if not saved:
         return spec, gguf_lib.gguf_hf_items(gf, spec)
     arrays = dict(gguf_lib.gguf_hf_items(gf, spec))
     from safetensors import SafetensorError
     from safetensors.numpy import save_file
 
+    weights, spec_file = _cached_gguf_files(saved)
     tmp = f"{weights}.tmp{os.getpid()}"
     try:
         os.makedirs(saved, exist_ok=True)
         save_file(arrays, tmp)
         os.replace(tmp, weights)
-        with open(os.path.join(saved, "spec.json"), "w") as f:
+        with open(spec_file, "w") as f:
             json.dump({k: v for k, v in spec.__dict__.items() if k != "rope_scaling"}
                       | {"rope_scaling": spec.rope_scaling and [list(i) for i in spec.rope_scaling]}, f)
     except (OSError, SafetensorError) as err:  # safetensors reports a full disk as SafetensorError
         with contextlib.suppress(OSError):  # a half-written copy would only fill the disk further
             os.remove(tmp)
-        if not os.path.isfile(os.path.join(saved, "spec.json")):
+        if not os.path.isfile(spec_file):
             with contextlib.suppress(OSError):
                 os.remove(weights)  # unreadable without its spec
         warn_not_cached(f"the decoded weights of {os.path.basename(path)}", saved, err)

@@ -78,6 +78,12 @@ def _llama_cpp_permute(w: np.ndarray, n_heads: int) -> np.ndarray:
     return w.reshape(n_heads, 2, w.shape[0] // n_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+# The tiny Llama's GGUF header (2 layers, width 64, 4 query and 2 KV heads, 96 tokens).
+_TINY_LLAMA_METADATA = dict(block_count=2, context_length=256, embedding_length=64, feed_forward_length=96,
+                            head_count=4, head_count_kv=2, rope_freq_base=10000.0, layer_norm_rms_eps=1e-5,
+                            vocab_size=96, rope_dimension_count=16)
+
+
 def test_tiny_llama_gguf_logits_match_transformers(tmp_path):
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
@@ -103,11 +109,8 @@ def test_tiny_llama_gguf_logits_match_transformers(tmp_path):
                 w = _llama_cpp_permute(w, 2)
             kind = "F32" if w.ndim == 1 else ("Q4_0" if g.startswith("ffn") else "Q8_0")
             tensors[f"blk.{i}.{g}.weight"] = (w, kind)
-    metadata = dict(block_count=2, context_length=256, embedding_length=64, feed_forward_length=96,
-                    head_count=4, head_count_kv=2, rope_freq_base=10000.0, layer_norm_rms_eps=1e-5,
-                    vocab_size=96, rope_dimension_count=16)
     path = tmp_path / "tiny.gguf"
-    _write(path, tensors, metadata=metadata)
+    _write(path, tensors, metadata=_TINY_LLAMA_METADATA)
 
     # Reference: transformers' own GGUF loader (dequantize + reverse permute + Llama forward).
     ref = transformers.AutoModelForCausalLM.from_pretrained(
@@ -146,9 +149,7 @@ def _tiny_f32_llama(path):
     tensors = {"token_embd.weight": (96, 64), "output_norm.weight": (64,), "output.weight": (96, 64)}
     tensors |= {f"blk.{i}.{name}.weight": shape for i in range(2) for name, shape in shapes.items()}
     _write(path, {k: (rng.standard_normal(s).astype(np.float32), "F32") for k, s in tensors.items()},
-           metadata=dict(block_count=2, context_length=256, embedding_length=64, feed_forward_length=96,
-                         head_count=4, head_count_kv=2, rope_freq_base=10000.0, layer_norm_rms_eps=1e-5,
-                         vocab_size=96, rope_dimension_count=16))
+           metadata=_TINY_LLAMA_METADATA)
 
 
 def _assert_same_items(got, expected):

@@ -372,7 +372,6 @@ def test_damaged_or_stale_cache_is_rebuilt(tmp_path, monkeypatch):
         assert json.load(f)["format"] == settings["format"]
 
 
-
 def test_full_disk_while_caching_the_tokenizer_warns_once_and_keeps_no_partial_copy(tmp_path, capsys):
     class FullDisk:  # tokenizers reports ENOSPC as a bare Exception, after a partial write
         def save(self, file):
