@@ -213,7 +213,20 @@ def score_arm(arm: Arm, seed: int, config, run_dir: Path, suite, args) -> dict:
     train_s = train_seconds(run_dir, done) if arm.trained else 0.0
     result["eval_seed"] = result.pop("seed", None)  # the suite's episodes; "seed" is the training seed
     return {**result, "arm": arm.label, "key": arm.key, "config": arm.config, "seed": seed, "iterations": done,
-            "train_seconds": round(train_s, 1)}
+            "train_seconds": round(train_s, 1), "machines": training_machines(run_dir) if arm.trained else []}
+
+
+def training_machines(run_dir: Path) -> list[dict]:
+    """The machines the run trained on (its start's and each resume's, from run.json): a minutes budget
+    buys different work on different machines, so the table says where each row was made."""
+    from spade_jax.run import RunDirError, read_record
+
+    try:
+        record = read_record(run_dir)
+    except RunDirError:
+        return []
+    starts = [record, *(r for r in record.get("resumes") or [] if isinstance(r, dict))]
+    return [start["machine"] for start in starts if isinstance(start.get("machine"), dict)]
 
 
 def ensure_trained(config, run_dir: Path) -> int:
@@ -298,6 +311,7 @@ def aggregate(rows: list[dict]) -> list[dict]:
             "per_seed": [r["success_rate"] for r in group],
             "train_seconds": [r.get("train_seconds", 0.0) for r in group],
             "iterations": [r.get("iterations", 0) for r in group],
+            "machines": [r.get("machines") or [] for r in group],
             "tasks": [{"env_id": env_id, "successes": s, "episodes": n} for env_id, (s, n) in tasks.items()],
         })
     return out
@@ -322,7 +336,35 @@ def format_table(arms: list[dict], command: str, minutes: float | None = None) -
         seeds = ", ".join(str(s) for s in arm["seeds"])
         lines.append(f"| {arm['arm']} | {seeds} | {macro} | {per_seed} | {seconds} | {iterations} | "
                      + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    machines = machines_paragraph(arms)
+    return "\n".join(lines + ([""] + machines if machines else [])) + "\n"
+
+
+def machines_paragraph(arms: list[dict]) -> list[str]:
+    """One line per kind of machine the trained rows ran on (CPU, cores, features, accelerator), naming
+    the rows and the range of its measured matmul rates; nothing when no row recorded its machine."""
+    from spade_jax.run.machine import summary
+
+    kinds: dict[str, tuple[list[str], list[float]]] = {}
+    for arm in arms:
+        for seed, machines in zip(arm["seeds"], arm.get("machines") or []):
+            for machine in machines:
+                runs, rates = kinds.setdefault(summary({**machine, "matmul_gflops": None}), ([], []))
+                name = f"{arm['arm']} seed {seed}"
+                if name not in runs:
+                    runs.append(name)
+                if isinstance(machine.get("matmul_gflops"), (int, float)):
+                    rates.append(machine["matmul_gflops"])
+    lines = []
+    for kind, (runs, rates) in kinds.items():
+        rate = ""
+        if rates:
+            span = f"{min(rates):g}" if min(rates) == max(rates) else f"{min(rates):g}-{max(rates):g}"
+            rate = f"; numpy float32 matmul {span} GFLOP/s"
+        lines.append(f"- Trained on {kind}{rate}: {', '.join(runs)}.")
+    if len(kinds) > 1:
+        lines.insert(0, "The rows were trained on different machines, so a minutes budget bought different work:")
+    return lines
 
 
 def write_plots(out: Path, histories: dict[str, list[list[dict]]]) -> list[Path]:

@@ -275,3 +275,23 @@ def test_defaults_are_three_seeds_and_an_iteration_budget():
     args = compare.parse_args([])
     assert (args.seeds, args.iterations, args.minutes) == ([0, 1, 2], 4, None)
     assert compare.parse_args(["--seed", "5"]).seeds == [5]  # the old single-seed flag still works
+
+
+def test_the_table_names_the_machines_the_rows_trained_on(tmp_path):
+    arm = compare.ARMS[2]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    fast = {"cpu": "AMD EPYC", "cores": 2, "cpu_features": ["avx2", "avx512f"], "matmul_gflops": 171.0}
+    slow = {"cpu": "AMD EPYC", "cores": 2, "cpu_features": ["avx2"], "matmul_gflops": 90.5}
+    (run_dir / "run.json").write_text(json.dumps({"machine": fast, "resumes": [{"machine": slow}, {"time": "t"}]}))
+    assert compare.training_machines(run_dir) == [fast, slow]  # a resume without a record is skipped
+    assert compare.training_machines(tmp_path / "absent") == []
+    rows = [{**_fake_row(arm, 0, [(2, 5), (1, 5)]), "machines": [fast]},
+            {**_fake_row(arm, 1, [(4, 5), (0, 5)]), "machines": [{**fast, "matmul_gflops": 160.0}, slow]}]
+    table = compare.format_table(compare.aggregate(rows), "python -m experiments.compare", minutes=20)
+    assert "The rows were trained on different machines" in table
+    assert ("- Trained on AMD EPYC, 2 cores (avx2, avx512f); numpy float32 matmul 160-171 GFLOP/s: "
+            "SPADE seed 0, SPADE seed 1.") in table
+    assert "- Trained on AMD EPYC, 2 cores (avx2); numpy float32 matmul 90.5 GFLOP/s: SPADE seed 1." in table
+    # Rows from before machines were recorded: no paragraph.
+    assert "Trained on" not in compare.format_table(compare.aggregate([_fake_row(arm, 0, [(2, 5)])]), "cmd")

@@ -1,7 +1,8 @@
 """Opening a run directory safely: a fresh run never writes into an existing run, a resumed run
 holds the lock, and a start that fails before its first iteration leaves no stub behind.
 
-`run.json` records how the run was started and every resume (command-line overrides included).
+`run.json` records how the run was started and every resume (command-line overrides included), each
+with the machine it ran on (`spade_jax.run.machine`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from spade_jax.run.lock import LOCK_NAME, RunLock
+from spade_jax.run.machine import describe as describe_machine
 
 log = logging.getLogger("spade_jax.run")
 
@@ -132,7 +134,7 @@ class RunDir:
             return
         self._refuse_existing_run()  # again, under the lock: another start may have won the race
         write_record(self.out, {"config": self.config_name, "overrides": self.overrides, "created": _now(),
-                                "resumes": []})
+                                "machine": describe_machine(), "resumes": []})
 
     def _refuse_existing_run(self) -> None:
         existing = run_contents(self.out)
@@ -149,7 +151,8 @@ class RunDir:
         """Appends this resume and its overrides to run.json; call it when the resumed config is written."""
         if self.resume and self.lock.held:  # only the leader of a multi-process run holds it
             record = read_record(self.out)
-            record.setdefault("resumes", []).append({"time": _now(), "overrides": self.overrides})
+            record.setdefault("resumes", []).append({"time": _now(), "overrides": self.overrides,
+                                                     "machine": describe_machine()})
             write_record(self.out, record)
 
     def mark_progress(self) -> None:
