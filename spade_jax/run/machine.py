@@ -1,7 +1,8 @@
 """Which machine a run trained on, recorded in its `run.json` when it starts and at every resume.
 
-A wall-clock budget (`max_minutes`) buys about half the iterations on a CPU without AVX-512 that it
-buys on one with it, so rows of a comparison made on different machines are told apart by this record.
+A wall-clock budget (`max_minutes`) buys different work on different machines (40 minutes of `laptop`
+were 5 iterations on a 2-core CPU without AVX-512 and 9 on one with it, docs/results.md session 34), so
+this record tells apart the rows of a comparison made on different machines.
 """
 
 from __future__ import annotations
