@@ -21,7 +21,8 @@ CPUINFO = Path("/proc/cpuinfo")
 
 def describe(matmul_size: int = 1024) -> dict[str, Any]:
     """The CPU's model, usable cores and vector features, the accelerator JAX sees (when JAX is already
-    imported) and numpy's float32 matmul rate (best of three `matmul_size`^3 products, about 0.1 s)."""
+    imported) and numpy's float32 matmul rate (best of three `matmul_size`^3 products, about 0.1 s): measured
+    now, so other jobs sharing the machine lower it, which is worth knowing about a timed run too."""
     model, flags = _cpuinfo()
     machine: dict[str, Any] = {
         "cpu": model or platform.processor() or platform.machine() or "unknown",
