@@ -361,9 +361,17 @@ def machines_paragraph(arms: list[dict]) -> list[str]:
         if rates:
             span = f"{min(rates):g}" if min(rates) == max(rates) else f"{min(rates):g}-{max(rates):g}"
             rate = f"; numpy float32 matmul {span} GFLOP/s"
-        lines.append(f"- Trained on {kind}{rate}: {', '.join(runs)}.")
+        lines.append(f"- Trained on {kind}{rate}: {'; '.join(runs)}.")  # arm labels may hold commas
+    unrecorded = [f"{arm['arm']} seed {seed}" for arm in arms
+                  for seed, machines, iterations in zip(arm["seeds"], arm.get("machines") or [], arm["iterations"])
+                  if iterations and not machines]
+    if kinds and unrecorded:  # rows made before run.json recorded machines
+        lines.append(f"- No machine recorded: {'; '.join(unrecorded)}.")
     if len(kinds) > 1:
         lines.insert(0, "The rows were trained on different machines, so a minutes budget bought different work:")
+    elif kinds and unrecorded:
+        lines.insert(0, "Not every row recorded its machine; a minutes budget buys different work on different "
+                        "machines:")
     return lines
 
 

@@ -291,7 +291,12 @@ def test_the_table_names_the_machines_the_rows_trained_on(tmp_path):
     table = compare.format_table(compare.aggregate(rows), "python -m experiments.compare", minutes=20)
     assert "The rows were trained on different machines" in table
     assert ("- Trained on AMD EPYC, 2 cores (avx2, avx512f); numpy float32 matmul 160-171 GFLOP/s: "
-            "SPADE seed 0, SPADE seed 1.") in table
+            "SPADE seed 0; SPADE seed 1.") in table
     assert "- Trained on AMD EPYC, 2 cores (avx2); numpy float32 matmul 90.5 GFLOP/s: SPADE seed 1." in table
-    # Rows from before machines were recorded: no paragraph.
-    assert "Trained on" not in compare.format_table(compare.aggregate([_fake_row(arm, 0, [(2, 5)])]), "cmd")
+    # Rows from before machines were recorded: no paragraph, unless other rows have one.
+    old_row = _fake_row(arm, 2, [(2, 5)])
+    assert "Trained on" not in compare.format_table(compare.aggregate([old_row]), "cmd")
+    base = _fake_row(compare.ARMS[0], 0, [(2, 5)])  # untrained: no machine to record
+    mixed = compare.format_table(compare.aggregate([base, rows[0], old_row]), "cmd")
+    assert "Not every row recorded its machine" in mixed
+    assert "- No machine recorded: SPADE seed 2." in mixed
