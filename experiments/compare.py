@@ -346,11 +346,14 @@ def machines_paragraph(arms: list[dict]) -> list[str]:
     from spade_jax.run.machine import summary
 
     kinds: dict[str, tuple[list[str], list[float]]] = {}
+    unrecorded = []  # trained rows made before run.json recorded machines
     for arm in arms:
-        for seed, machines in zip(arm["seeds"], arm.get("machines") or []):
+        for seed, machines, iterations in zip(arm["seeds"], arm.get("machines") or [], arm["iterations"]):
+            name = f"{arm['arm']} seed {seed}"
+            if iterations and not machines:
+                unrecorded.append(name)
             for machine in machines:
                 runs, rates = kinds.setdefault(summary({**machine, "matmul_gflops": None}), ([], []))
-                name = f"{arm['arm']} seed {seed}"
                 if name not in runs:
                     runs.append(name)
                 if isinstance(machine.get("matmul_gflops"), (int, float)):
@@ -362,10 +365,7 @@ def machines_paragraph(arms: list[dict]) -> list[str]:
             span = f"{min(rates):g}" if min(rates) == max(rates) else f"{min(rates):g}-{max(rates):g}"
             rate = f"; numpy float32 matmul {span} GFLOP/s"
         lines.append(f"- Trained on {kind}{rate}: {'; '.join(runs)}.")  # arm labels may hold commas
-    unrecorded = [f"{arm['arm']} seed {seed}" for arm in arms
-                  for seed, machines, iterations in zip(arm["seeds"], arm.get("machines") or [], arm["iterations"])
-                  if iterations and not machines]
-    if kinds and unrecorded:  # rows made before run.json recorded machines
+    if kinds and unrecorded:
         lines.append(f"- No machine recorded: {'; '.join(unrecorded)}.")
     if len(kinds) > 1:
         lines.insert(0, "The rows were trained on different machines, so a minutes budget bought different work:")
